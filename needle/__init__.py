@@ -1,0 +1,12 @@
+"""needle: a small deep-learning framework whose tensors are lazy by default and
+whose pending graphs are compiled into fused kernels (LLVM on the CPU, CUDA C on
+NVIDIA GPUs).  The API is the one of CMU's Deep Learning Systems course."""
+from . import errors  # noqa: F401
+from . import autograd, init, ops  # noqa: F401
+from .autograd import Tensor, TensorTuple  # noqa: F401
+from .backend_selection import BACKEND, Device, all_devices, cpu, cpu_numpy, cuda, default_device  # noqa: F401
+from . import backend_ndarray  # noqa: F401
+from . import backend_ndarray as nd  # noqa: F401
+from .ops import *  # noqa: F401,F403
+
+__version__ = "0.1.0"

@@ -1,0 +1,153 @@
+"""The array operations that ops' `compute()` is written against.
+
+One function per operation, dispatching on the array type, so that the same
+`compute()` runs on numpy arrays (NEEDLE_BACKEND=np), on NDArrays (eager) and on
+the IR's lazy arrays (lazy mode builds the graph by calling `compute()`).
+NDArray and the lazy array implement these as methods; numpy gets numpy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .dtypes import np_dtype
+from .errors import AxisError, ShapeError, fmt_shape, normalize_axes
+
+
+def _np(a) -> bool:
+    return isinstance(a, np.ndarray)
+
+
+def exp(a): return np.exp(a) if _np(a) else a.exp()
+def log(a): return np.log(a) if _np(a) else a.log()
+def tanh(a): return np.tanh(a) if _np(a) else a.tanh()
+def sqrt(a): return np.sqrt(a) if _np(a) else a.sqrt()
+def maximum(a, b): return np.maximum(a, b) if _np(a) else a.maximum(b)
+def reshape(a, shape): return a.reshape(shape)
+def broadcast_to(a, shape): return np.broadcast_to(a, shape) if _np(a) else a.broadcast_to(shape)
+def permute(a, axes): return np.transpose(a, axes) if _np(a) else a.permute(axes)
+def flip(a, axes): return np.flip(a, axes) if _np(a) else a.flip(axes)
+def matmul(a, b): return a @ b
+def astype(a, dtype): return a.astype(np_dtype(dtype)) if _np(a) else a.astype(dtype)
+
+
+def summation(a, axis=None, keepdims=False):
+    return np.sum(a, axis=axis, keepdims=keepdims) if _np(a) else a.sum(axis=axis, keepdims=keepdims)
+
+
+def amax(a, axis=None, keepdims=False):
+    return np.max(a, axis=axis, keepdims=keepdims) if _np(a) else a.max(axis=axis, keepdims=keepdims)
+
+
+def pad(a, axes):
+    return np.pad(a, axes) if _np(a) else a.pad(axes)
+
+
+def where(cond, a, b):
+    """Elementwise select; `cond` is nonzero where `a` is taken."""
+    if _np(cond):
+        return np.where(cond, a, b).astype(a.dtype)
+    return cond.where(a, b)
+
+
+def zeros(shape, like):
+    """Zeros of `shape` with the dtype and device of `like`."""
+    if _np(like):
+        return np.zeros(shape, dtype=like.dtype)
+    return like.zeros(shape) if hasattr(like, "zeros") else like.device.full(shape, 0, like.dtype)
+
+
+def swapaxes(a, ax1: int, ax2: int):
+    order = list(range(a.ndim))
+    order[ax1], order[ax2] = order[ax2], order[ax1]
+    return permute(a, tuple(order))
+
+
+def stack(arrays, axis: int):
+    arrays = list(arrays)
+    if not arrays:
+        raise ShapeError("stack: needs at least one array")
+    shape = arrays[0].shape
+    for x in arrays:
+        if x.shape != shape:
+            raise ShapeError(f"stack: all arrays need the same shape, got {fmt_shape(shape)} and {fmt_shape(x.shape)}")
+    axis = normalize_axes("stack", axis, len(shape) + 1)[0]
+    expanded = [reshape(x, shape[:axis] + (1,) + shape[axis:]) for x in arrays]
+    return concatenate(expanded, axis)
+
+
+def concatenate(arrays, axis: int):
+    arrays = list(arrays)
+    if not arrays:
+        raise ShapeError("concatenate: needs at least one array")
+    first = arrays[0]
+    axis = normalize_axes("concatenate", axis, first.ndim, first.shape)[0]
+    for x in arrays:
+        if x.ndim != first.ndim or any(s != t for i, (s, t) in enumerate(zip(x.shape, first.shape)) if i != axis):
+            raise ShapeError(f"concatenate: shapes {fmt_shape(first.shape)} and {fmt_shape(x.shape)} "
+                             f"differ outside axis {axis}")
+    if _np(first):
+        return np.concatenate(arrays, axis=axis)
+    if hasattr(first, "concatenate"):
+        return first.concatenate(arrays, axis)
+    shape = list(first.shape)
+    shape[axis] = sum(x.shape[axis] for x in arrays)
+    out = first.device.empty(tuple(shape), first.dtype)
+    start = 0
+    for x in arrays:
+        idx = [slice(None)] * first.ndim
+        idx[axis] = slice(start, start + x.shape[axis])
+        out[tuple(idx)] = x
+        start += x.shape[axis]
+    return out
+
+
+def split(a, axis: int):
+    """Split along `axis` into pieces (one per index by default), dropping the axis
+    when splitting into single elements (the inverse of stack)."""
+    axis = normalize_axes("split", axis, a.ndim, a.shape)[0]
+    n = a.shape[axis]
+    out = []
+    for i in range(n):
+        idx = [slice(None)] * a.ndim
+        idx[axis] = i
+        out.append(a[tuple(idx)])
+    return tuple(out)
+
+
+def dilate(a, axes, dilation: int):
+    """Insert `dilation` zeros between elements along `axes` (course semantics:
+    trailing zeros too, so each size n becomes n * (dilation + 1))."""
+    if hasattr(a, "dilate"):
+        return a.dilate(axes, dilation)
+    shape = tuple(s * (dilation + 1) if i in axes else s for i, s in enumerate(a.shape))
+    out = zeros(shape, a)
+    out[tuple(slice(None, None, dilation + 1) if i in axes else slice(None) for i in range(a.ndim))] = a
+    return out
+
+
+def undilate(a, axes, dilation: int):
+    return a[tuple(slice(None, None, dilation + 1) if i in axes else slice(None) for i in range(a.ndim))]
+
+
+def scatter(grad, shape, idxs):
+    """Zeros of `shape` with `grad` written at basic index `idxs` (getitem's adjoint)."""
+    if hasattr(grad, "scatter"):
+        return grad.scatter(shape, idxs)
+    out = zeros(shape, grad)
+    out[idxs] = grad
+    return out
+
+
+def as_strided(a, shape, strides):
+    """A view with element strides over a compact array."""
+    if _np(a):
+        a = np.ascontiguousarray(a)
+        return np.lib.stride_tricks.as_strided(a, shape, tuple(s * a.itemsize for s in strides))
+    return a.compact().as_strided(shape, strides)
+
+
+def check_axes(op: str, axes, ndim: int, shape) -> tuple:
+    return normalize_axes(op, axes, ndim, shape)
+
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "np", "AxisError")]

@@ -1,0 +1,518 @@
+"""Core data structures of needle: the Value/Tensor graph and reverse-mode autograd.
+
+A Tensor made by an op records the op and its inputs (for autograd) and holds its
+data: an NDArray in eager mode, or a lazy array (a node of the IR graph) in lazy
+mode, where `op.compute()` is called on lazy arrays and so *builds* the IR instead
+of computing.  Either way shapes, dtypes and devices are checked when the op is
+built.  Data is computed when it is asked for (`numpy()`, `realize()`, printing,
+`needle.realize`).
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple, Union
+
+import numpy
+
+from . import config
+from .backend_selection import BACKEND, Device, NDArray, array_api, cpu
+from .dtypes import dtype_name
+from .errors import DeviceError, DTypeError, fmt_shape
+
+#: lazy mode: ops record IR and compute nothing until data is needed (SPEC "Lazy mode").
+LAZY_MODE = False  # lazy execution lands with the IR (issue 3)
+#: number of live Tensor/TensorTuple objects (tests use it to check graphs are freed).
+TENSOR_COUNTER = 0
+
+
+class Op:
+    """Operator definition: `compute` on arrays, `gradient` on Tensors."""
+
+    def __call__(self, *args):
+        raise NotImplementedError()
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def compute(self, *args: Tuple[NDArray]):
+        """Calculate the forward pass on arrays (NDArray, numpy or lazy IR arrays)."""
+        raise NotImplementedError()
+
+    def gradient(self, out_grad: "Value", node: "Value") -> Union["Value", Tuple["Value"]]:
+        """Partial adjoints of each input, given the output's adjoint."""
+        raise NotImplementedError()
+
+    def gradient_as_tuple(self, out_grad: "Value", node: "Value") -> Tuple["Value"]:
+        output = self.gradient(out_grad, node)
+        if isinstance(output, tuple):
+            return output
+        if isinstance(output, list):
+            return tuple(output)
+        return (output,)
+
+
+class TensorOp(Op):
+    """An op whose output is a Tensor."""
+
+    def __call__(self, *args):
+        return Tensor.make_from_op(self, args)
+
+
+class TensorTupleOp(Op):
+    """An op whose output is a TensorTuple."""
+
+    def __call__(self, *args):
+        return TensorTuple.make_from_op(self, args)
+
+
+def is_pending(data) -> bool:
+    """True for data that is still a node of the lazy IR graph."""
+    return getattr(data, "is_lazy", False) and data.realized is None
+
+
+class Value:
+    """A value in the computational graph."""
+
+    op: Optional[Op]
+    inputs: List["Value"]
+    _cached_data: object
+    requires_grad: bool
+
+    # ---- data ---------------------------------------------------------------------------
+    @property
+    def cached_data(self):
+        """The realized data (realizes pending lazy work on access)."""
+        return self.realize_cached_data()
+
+    @cached_data.setter
+    def cached_data(self, data) -> None:
+        self._cached_data = data
+
+    def realize_cached_data(self):
+        """Run the computation this value waits for and return its live storage."""
+        if self._cached_data is None:  # built without data (course-style _init); compute now
+            for node in find_topo_sort([self]):
+                if node._cached_data is None:
+                    node._cached_data = node.op.compute(*[x.realize_cached_data() for x in node.inputs])
+        data = self._cached_data
+        if isinstance(data, tuple):
+            if any(is_pending(x) for x in data):
+                from .realize import realize_values
+                realize_values([self])
+            data = self._cached_data = tuple(getattr(x, "realized", None) or x for x in data)
+        elif getattr(data, "is_lazy", False):
+            if data.realized is None:
+                from .realize import realize_values
+                realize_values([self])
+            data = self._cached_data = data.realized
+        return data
+
+    def _compute_input(self):
+        """What ops compute on: the NDArray, or in lazy mode a lazy array (never realizes)."""
+        data = self._cached_data
+        if data is None:
+            return self.realize_cached_data()
+        if LAZY_MODE and BACKEND == "nd":
+            from .ir.lazy import as_lazy
+            return tuple(as_lazy(x) for x in data) if isinstance(data, tuple) else as_lazy(data)
+        if getattr(data, "is_lazy", False) or (isinstance(data, tuple) and any(getattr(x, "is_lazy", False)
+                                                                              for x in data)):
+            return self.realize_cached_data()
+        return data
+
+    def is_leaf(self) -> bool:
+        return self.op is None
+
+    def __del__(self):
+        global TENSOR_COUNTER
+        TENSOR_COUNTER -= 1
+
+    def _init(self, op: Optional[Op], inputs: List["Value"], *, num_outputs: int = 1,
+              cached_data=None, requires_grad: Optional[bool] = None) -> None:
+        global TENSOR_COUNTER
+        TENSOR_COUNTER += 1
+        if requires_grad is None:
+            requires_grad = any(x.requires_grad for x in inputs)
+        self.op = op
+        self.inputs = inputs
+        self.num_outputs = num_outputs
+        self._cached_data = cached_data
+        self.requires_grad = requires_grad
+
+    @classmethod
+    def make_const(cls, data, *, requires_grad: bool = False) -> "Value":
+        value = cls.__new__(cls)
+        value._init(None, [], cached_data=data, requires_grad=requires_grad)
+        return value
+
+    @classmethod
+    def make_from_op(cls, op: Op, inputs: List["Value"]) -> "Value":
+        _check_devices(op, inputs)
+        value = cls.__new__(cls)
+        value._init(op, list(inputs))
+        # eager: compute now; lazy: record the IR now.  Either way bad shapes raise here.
+        value._cached_data = op.compute(*[x._compute_input() for x in inputs])
+        if not value.requires_grad:
+            return value.detach()
+        return value
+
+
+def _check_devices(op: Op, inputs) -> None:
+    devices = {x.device for x in inputs if isinstance(x, Tensor)}
+    if len(devices) > 1:
+        raise DeviceError(f"{op.name}: inputs live on different devices ({', '.join(map(str, devices))}); "
+                          "move them with .to(device)")
+
+
+class TensorTuple(Value):
+    """A tuple of tensors produced by one op (split, make_tuple)."""
+
+    def __len__(self) -> int:
+        return len(self._cached_data)
+
+    def __getitem__(self, index: int):
+        from . import ops
+        return ops.tuple_get_item(self, index)
+
+    def tuple(self):
+        return tuple(self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        return "needle.TensorTuple" + str(self.tuple())
+
+    def __str__(self) -> str:
+        return self.__repr__()
+
+    def __add__(self, other):
+        from . import ops
+        assert isinstance(other, TensorTuple) and len(self) == len(other)
+        return ops.make_tuple(*[self[i] + other[i] for i in range(len(self))])
+
+    def detach(self) -> "TensorTuple":
+        return TensorTuple.make_const(self._cached_data)
+
+    @property
+    def device(self):
+        first = self._cached_data[0]
+        return first.device if hasattr(first, "device") else cpu()
+
+
+class Tensor(Value):
+    grad: "Tensor"
+
+    def __init__(self, array, *, device: Optional[Device] = None, dtype=None,
+                 requires_grad: bool = True, **kwargs):
+        if isinstance(array, Tensor):
+            device = device if device is not None else array.device
+            dtype = dtype_name(dtype) if dtype is not None else array.dtype
+            if device == array.device and dtype == array.dtype:
+                cached_data = array._cached_data
+            else:
+                cached_data = Tensor._array_from_numpy(array.numpy(), device=device, dtype=dtype)
+        else:
+            if device is None:
+                device = array.device if isinstance(array, NDArray) and BACKEND == "nd" else cpu()
+            cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype_name(dtype))
+        self._init(None, [], cached_data=cached_data, requires_grad=requires_grad)
+
+    @staticmethod
+    def _array_from_numpy(numpy_array, device, dtype):
+        if BACKEND == "np":
+            if not isinstance(numpy_array, numpy.ndarray):
+                numpy_array = numpy.asarray(numpy_array.numpy() if hasattr(numpy_array, "numpy") else numpy_array)
+            return numpy.array(numpy_array, dtype=dtype)
+        if not isinstance(device, Device):
+            raise DeviceError(f"Tensor: device must be a needle device such as needle.cpu(), got {device!r}")
+        try:
+            return array_api.array(numpy_array, device=device, dtype=dtype)
+        except (TypeError, ValueError) as e:
+            if isinstance(e, (DTypeError, DeviceError)):
+                raise
+            raise DTypeError(f"Tensor: cannot make a {dtype} array from {type(numpy_array).__name__}: {e}") from None
+
+    @property
+    def data(self) -> "Tensor":
+        return self.detach()
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        if not isinstance(value, Tensor):
+            raise DTypeError(f"Tensor.data: expected a Tensor, got {type(value).__name__}")
+        if value.dtype != self.dtype:
+            raise DTypeError(f"Tensor.data: dtype {value.dtype} differs from the tensor's {self.dtype}")
+        self._cached_data = value._cached_data
+
+    def detach(self) -> "Tensor":
+        """A new leaf sharing this tensor's data (pending or realized), cut from the graph."""
+        return Tensor.make_const(self._cached_data)
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self._data_or_compute().shape)
+
+    @property
+    def dtype(self) -> str:
+        data = self._data_or_compute()
+        return data.dtype if isinstance(data.dtype, str) else data.dtype.name
+
+    @property
+    def device(self):
+        data = self._data_or_compute()
+        if BACKEND == "np":
+            return cpu()
+        return data.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(numpy.prod(self.shape))
+
+    def _data_or_compute(self):
+        return self._cached_data if self._cached_data is not None else self.realize_cached_data()
+
+    def realize(self) -> "Tensor":
+        """Compute the pending work of this tensor now; returns self."""
+        self.realize_cached_data()
+        return self
+
+    def backward(self, out_grad: Optional["Tensor"] = None) -> None:
+        from . import init
+        out_grad = out_grad if out_grad is not None else init.ones(*self.shape, dtype=self.dtype,
+                                                                    device=self.device)
+        compute_gradient_of_variables(self, out_grad)
+
+    def __repr__(self) -> str:
+        return "needle.Tensor(" + str(self.realize_cached_data()) + ")"
+
+    def __str__(self) -> str:
+        return str(self.realize_cached_data())
+
+    def numpy(self) -> numpy.ndarray:
+        data = self.realize_cached_data()
+        if BACKEND == "np":
+            return data
+        return data.numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    def item(self):
+        return self.numpy().item()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def to(self, device: Device) -> "Tensor":
+        """A copy on `device` (self when already there); not differentiable across devices."""
+        if device == self.device:
+            return self
+        return Tensor(self.numpy(), device=device, dtype=self.dtype, requires_grad=self.requires_grad)
+
+    def astype(self, dtype) -> "Tensor":
+        from . import ops
+        return ops.astype(self, dtype)
+
+    # ---- operators ----------------------------------------------------------------------
+    def _other(self, other) -> "Tensor":
+        """Wrap an array-like operand as a constant tensor on this device."""
+        if isinstance(other, Tensor):
+            return other
+        return Tensor(other, device=self.device, dtype=self.dtype, requires_grad=False)
+
+    def __add__(self, other):
+        from . import ops
+        if _is_scalar(other):
+            return ops.add_scalar(self, other)
+        return ops.add(self, self._other(other))
+
+    def __sub__(self, other):
+        from . import ops
+        if _is_scalar(other):
+            return ops.add_scalar(self, -other)
+        return ops.subtract(self, self._other(other))
+
+    def __rsub__(self, other):
+        from . import ops
+        if _is_scalar(other):
+            return ops.add_scalar(ops.negate(self), other)
+        return ops.subtract(self._other(other), self)
+
+    def __mul__(self, other):
+        from . import ops
+        if _is_scalar(other):
+            return ops.mul_scalar(self, other)
+        return ops.multiply(self, self._other(other))
+
+    def __truediv__(self, other):
+        from . import ops
+        if _is_scalar(other):
+            return ops.divide_scalar(self, other)
+        return ops.divide(self, self._other(other))
+
+    def __rtruediv__(self, other):
+        from . import ops
+        if _is_scalar(other):
+            return ops.mul_scalar(ops.power_scalar(self, -1), other)
+        return ops.divide(self._other(other), self)
+
+    def __pow__(self, other):
+        from . import ops
+        if _is_scalar(other):
+            return ops.power_scalar(self, other)
+        return ops.power(self, self._other(other))
+
+    def __rpow__(self, other):
+        from . import ops
+        return ops.power(self._other(other), self)
+
+    def __matmul__(self, other):
+        from . import ops
+        return ops.matmul(self, self._other(other))
+
+    def __rmatmul__(self, other):
+        from . import ops
+        return ops.matmul(self._other(other), self)
+
+    def __neg__(self):
+        from . import ops
+        return ops.negate(self)
+
+    def __getitem__(self, idxs):
+        from . import ops
+        return ops.getitem(self, idxs)
+
+    __radd__ = __add__
+    __rmul__ = __mul__
+
+    # ---- methods ------------------------------------------------------------------------
+    def matmul(self, other):
+        return self.__matmul__(other)
+
+    def sum(self, axes=None, keepdims=False):
+        from . import ops
+        return ops.summation(self, axes, keepdims=keepdims)
+
+    def mean(self, axes=None, keepdims=False):
+        from . import ops
+        return ops.mean(self, axes, keepdims=keepdims)
+
+    def max(self, axes=None, keepdims=False):
+        from . import ops
+        return ops.max(self, axes, keepdims=keepdims)
+
+    def broadcast_to(self, shape):
+        from . import ops
+        return ops.broadcast_to(self, shape)
+
+    def reshape(self, *shape):
+        from . import ops
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return ops.reshape(self, shape)
+
+    def transpose(self, axes=None):
+        from . import ops
+        return ops.transpose(self, axes)
+
+    def permute(self, *axes):
+        from . import ops
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        return ops.permute(self, axes)
+
+    def flip(self, axes):
+        from . import ops
+        return ops.flip(self, axes)
+
+    def relu(self):
+        from . import ops
+        return ops.relu(self)
+
+    def exp(self):
+        from . import ops
+        return ops.exp(self)
+
+    def log(self):
+        from . import ops
+        return ops.log(self)
+
+    def tanh(self):
+        from . import ops
+        return ops.tanh(self)
+
+    def sigmoid(self):
+        from . import ops
+        return ops.sigmoid(self)
+
+    def sqrt(self):
+        from . import ops
+        return ops.sqrt(self)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (int, float, numpy.number)) and not isinstance(x, bool)
+
+
+def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> None:
+    """Reverse-mode autodiff: store the gradient of `output_tensor` with respect to
+    every node it depends on (that requires grad) in `node.grad`."""
+    if output_tensor.shape != out_grad.shape:
+        raise ValueError(f"backward: out_grad shape {fmt_shape(out_grad.shape)} differs from "
+                         f"the tensor's {fmt_shape(output_tensor.shape)}")
+    node_to_output_grads_list = {output_tensor: [out_grad]}
+    for node in reversed(find_topo_sort([output_tensor])):
+        grads = node_to_output_grads_list.pop(node, None)
+        if grads is None or not node.requires_grad:
+            continue
+        adjoint = sum_node_list(grads)
+        node.grad = adjoint
+        if node.op is None:
+            continue
+        for inp, grad in zip(node.inputs, node.op.gradient_as_tuple(adjoint, node)):
+            if inp.requires_grad:
+                node_to_output_grads_list.setdefault(inp, []).append(grad)
+
+
+def find_topo_sort(node_list: List[Value]) -> List[Value]:
+    """Nodes in topological order: a post-order depth-first search that visits each
+    node's inputs in order.  Iterative, so 10,000-deep graphs are fine."""
+    visited = set()
+    topo_order = []
+    for root in node_list:
+        if root in visited:
+            continue
+        visited.add(root)
+        stack = [(root, 0)]
+        while stack:
+            node, i = stack[-1]
+            if i < len(node.inputs):
+                stack[-1] = (node, i + 1)
+                child = node.inputs[i]
+                if child not in visited:
+                    visited.add(child)
+                    stack.append((child, 0))
+            else:
+                stack.pop()
+                topo_order.append(node)
+    return topo_order
+
+
+def sum_node_list(node_list):
+    """Sum the nodes of a list without creating a redundant zero node."""
+    total = node_list[0]
+    for node in node_list[1:]:
+        total = total + node
+    return total

@@ -1,0 +1,177 @@
+"""Devices own storage and kernels; NDArray only keeps the strided metadata.
+
+- `cpu_numpy()`: storage is a flat numpy array, every op runs numpy (the reference).
+- `cpu()`: the same storage; ops run compiled kernels once the compiler is in
+  place (`needle.runtime`), numpy until then.
+- `cuda()`: storage on an NVIDIA GPU through PyCUDA (`needle.runtime.cuda`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import dtype_name, np_dtype
+from ..errors import DeviceError
+from . import numpy_kernels as K
+from .ndarray import NDArray, compact_strides, prod
+
+
+class Device:
+    """Base class: identity, creation helpers shared by all devices."""
+
+    name = "device"
+
+    def __repr__(self) -> str:
+        return self.name + "()"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Device) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def enabled(self) -> bool:
+        return True
+
+    # creation helpers of the course framework; randomness comes from numpy's global RNG
+    def randn(self, *shape, dtype="float32") -> NDArray:
+        return NDArray(np.random.randn(*shape), device=self, dtype=dtype)
+
+    def rand(self, *shape, dtype="float32") -> NDArray:
+        return NDArray(np.random.rand(*shape), device=self, dtype=dtype)
+
+    def one_hot(self, n, i, dtype="float32") -> NDArray:
+        return NDArray(np.eye(n, dtype=np_dtype(dtype))[np.asarray(i, dtype=np.int64)], device=self, dtype=dtype)
+
+    def empty(self, shape, dtype="float32") -> NDArray:
+        return NDArray.make(tuple(shape), device=self, dtype=dtype)
+
+    def full(self, shape, fill_value, dtype="float32") -> NDArray:
+        out = self.empty(shape, dtype)
+        out.fill(fill_value)
+        return out
+
+    def zeros(self, *shape, dtype="float32") -> NDArray:
+        return self.full(_shape_arg(shape), 0, dtype)
+
+    def ones(self, *shape, dtype="float32") -> NDArray:
+        return self.full(_shape_arg(shape), 1, dtype)
+
+
+def _shape_arg(shape) -> tuple:
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+
+
+class HostDevice(Device):
+    """Storage in host memory as a flat numpy array; ops run numpy."""
+
+    # ---- storage ----------------------------------------------------------------------
+    def alloc(self, size: int, dtype: str):
+        return np.empty(size, dtype=np_dtype(dtype))
+
+    def storage_size(self, handle) -> int:
+        return handle.size
+
+    def from_numpy(self, array: np.ndarray):
+        return np.asarray(array, order="C").reshape(-1)
+
+    def numpy_view(self, a: NDArray) -> np.ndarray:
+        """A numpy view on the live storage (writes go through)."""
+        if a._np is None:
+            item = a._handle.itemsize
+            a._np = np.ndarray(a.shape, a._handle.dtype, buffer=a._handle, offset=a.offset * item,
+                               strides=tuple(s * item for s in a.strides))
+        return a._np
+
+    def to_numpy(self, a: NDArray) -> np.ndarray:
+        return np.array(self.numpy_view(a), copy=True)
+
+    def wrap(self, result: np.ndarray, dtype=None) -> NDArray:
+        """An NDArray owning the numpy result (copied only if not contiguous)."""
+        result = np.asarray(result, dtype=np_dtype(dtype) if dtype else None, order="C")
+        return NDArray.make(result.shape, device=self, handle=result.reshape(-1), dtype=result.dtype.name)
+
+    def assign(self, view: NDArray, value) -> None:
+        self.numpy_view(view)[...] = self.numpy_view(value) if isinstance(value, NDArray) else value
+
+    # ---- primitives -------------------------------------------------------------------
+    def copy(self, a: NDArray) -> NDArray:
+        return self.wrap(self.numpy_view(a).copy())
+
+    def cast(self, a: NDArray, dtype: str) -> NDArray:
+        return self.wrap(self.numpy_view(a).astype(np_dtype(dtype)))
+
+    def unary(self, op: str, a: NDArray) -> NDArray:
+        return self.wrap(K.unary(op, self.numpy_view(a)))
+
+    def binary(self, op: str, a: NDArray, b: NDArray) -> NDArray:
+        return self.wrap(K.binary(op, self.numpy_view(a), self.numpy_view(b), np_dtype(a.dtype)))
+
+    def binary_scalar(self, op: str, a: NDArray, scalar, reverse: bool) -> NDArray:
+        x, s = self.numpy_view(a), np_dtype(a.dtype).type(scalar)
+        return self.wrap(K.binary(op, s, x, x.dtype) if reverse else K.binary(op, x, s, x.dtype))
+
+    def where(self, cond: NDArray, a: NDArray, b: NDArray) -> NDArray:
+        return self.wrap(np.where(self.numpy_view(cond) != 0, self.numpy_view(a), self.numpy_view(b)))
+
+    def reduce(self, op: str, a: NDArray, axes: tuple) -> NDArray:
+        return self.wrap(K.reduce(op, self.numpy_view(a), axes))
+
+    def matmul(self, a: NDArray, b: NDArray) -> NDArray:
+        return self.wrap(K.matmul(self.numpy_view(a), self.numpy_view(b)))
+
+
+class CPUNumpyDevice(HostDevice):
+    """The reference device: numpy, op by op."""
+
+    name = "cpu_numpy"
+
+
+class CPUDevice(HostDevice):
+    """The compiled CPU device.  Its kernels are installed by needle.runtime."""
+
+    name = "cpu"
+
+
+class CUDADevice(Device):
+    """NVIDIA GPU through PyCUDA; everything is delegated to needle.runtime.cuda,
+    imported lazily so that needle runs without PyCUDA."""
+
+    name = "cuda"
+
+    def _backend(self):
+        from ..runtime import cuda as cuda_runtime
+        return cuda_runtime.backend()
+
+    def enabled(self) -> bool:
+        from ..runtime import cuda as cuda_runtime
+        return cuda_runtime.available()[0]
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(self._backend(), attr)
+
+
+_CPU_NUMPY = CPUNumpyDevice()
+_CPU = CPUDevice()
+_CUDA = CUDADevice()
+
+
+def cpu_numpy() -> CPUNumpyDevice:
+    return _CPU_NUMPY
+
+
+def cpu() -> CPUDevice:
+    return _CPU
+
+
+def cuda() -> CUDADevice:
+    return _CUDA
+
+
+def default_device() -> Device:
+    return _CPU
+
+
+def all_devices() -> list:
+    return [_CPU_NUMPY, _CPU, _CUDA]

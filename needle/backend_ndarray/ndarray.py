@@ -1,0 +1,417 @@
+"""A strided n-dimensional array: shape, strides (in elements), offset, device.
+
+Views (`permute`, `broadcast_to`, `reshape` when strides allow it, `__getitem__`,
+`flip`, `as_strided`) only change the metadata and share the storage; `compact()`
+copies.  Arithmetic is delegated to the array's device, which owns the storage
+format and the kernels (numpy for `cpu_numpy()`, compiled code for `cpu()`).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..dtypes import dtype_name, np_dtype, require_float, require_same
+from ..errors import AxisError, DeviceError, ShapeError, fmt_shape, normalize_axes
+
+
+def prod(xs) -> int:
+    return math.prod(xs)
+
+
+def compact_strides(shape) -> tuple:
+    stride, out = 1, []
+    for s in reversed(shape):
+        out.append(stride)
+        stride *= s
+    return tuple(reversed(out))
+
+
+def broadcast_shapes(op: str, *shapes) -> tuple:
+    """numpy's broadcasting rule, with an error that names the op and the shapes."""
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for i in range(ndim):
+        dims = {s[i - ndim + len(s)] for s in shapes if i - ndim + len(s) >= 0} - {1}
+        if len(dims) > 1:
+            raise ShapeError(f"{op}: shapes {' and '.join(fmt_shape(s) for s in shapes)} "
+                             "cannot be broadcast together")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def reshape_strides(shape, strides, new_shape):
+    """Strides that view (shape, strides) as new_shape without a copy, or None.
+
+    Groups of old and new dimensions with equal products are matched; a group can
+    be re-viewed when its old dimensions are contiguous with each other
+    (numpy's `_attempt_nocopy_reshape`).
+    """
+    if prod(shape) == 0:
+        return compact_strides(new_shape)
+    old = [(s, st) for s, st in zip(shape, strides) if s != 1]
+    old_dims, old_strides = [s for s, _ in old], [st for _, st in old]
+    new_strides = [0] * len(new_shape)
+    oi, oj, ni, nj = 0, 1, 0, 1
+    while ni < len(new_shape) and oi < len(old_dims):
+        np_, op_ = new_shape[ni], old_dims[oi]
+        while np_ != op_:
+            if np_ < op_:
+                np_ *= new_shape[nj]
+                nj += 1
+            else:
+                op_ *= old_dims[oj]
+                oj += 1
+        for k in range(oi, oj - 1):
+            if old_strides[k] != old_dims[k + 1] * old_strides[k + 1]:
+                return None
+        new_strides[nj - 1] = old_strides[oj - 1]
+        for k in range(nj - 1, ni, -1):
+            new_strides[k - 1] = new_strides[k] * new_shape[k]
+        ni, nj, oi, oj = nj, nj + 1, oj, oj + 1
+    return tuple(new_strides)
+
+
+class NDArray:
+    """A strided view on device storage.  `strides` and `offset` are in elements."""
+
+    __slots__ = ("_shape", "_strides", "_offset", "_device", "_handle", "_dtype", "_np", "__weakref__")
+    __array_priority__ = 1000  # numpy defers `ndarray op NDArray` to us
+
+    def __init__(self, other, device=None, dtype=None):
+        """Copy `other` (NDArray, numpy array or nested lists) onto `device`.
+        The dtype defaults to the source NDArray's, else float32 (as in the course)."""
+        from .devices import default_device
+        if isinstance(other, NDArray):
+            device = device if device is not None else other.device
+            dtype = dtype_name(dtype if dtype is not None else other.dtype)
+            if device == other.device:
+                self._init_from(other.device.cast(other, dtype))
+                return
+            other = other.numpy()
+        device = device if device is not None else default_device()
+        dtype = dtype_name(dtype)
+        arr = np.array(other, dtype=np_dtype(dtype), order="C", copy=True)
+        self._init_from(NDArray.make(arr.shape, device=device, handle=device.from_numpy(arr), dtype=dtype))
+
+    def _init_from(self, other: "NDArray") -> None:
+        self._shape, self._strides, self._offset = other._shape, other._strides, other._offset
+        self._device, self._handle, self._dtype, self._np = other._device, other._handle, other._dtype, None
+
+    @staticmethod
+    def make(shape, strides=None, device=None, handle=None, offset=0, dtype="float32") -> "NDArray":
+        """Create an array over `handle` (allocated if None) without copying."""
+        from .devices import default_device
+        array = NDArray.__new__(NDArray)
+        array._shape = tuple(int(s) for s in shape)
+        array._strides = compact_strides(array._shape) if strides is None else tuple(int(s) for s in strides)
+        array._offset = int(offset)
+        array._device = device if device is not None else default_device()
+        array._dtype = dtype_name(dtype)
+        array._handle = array._device.alloc(prod(array._shape), array._dtype) if handle is None else handle
+        array._np = None
+        return array
+
+    def _view(self, shape, strides, offset) -> "NDArray":
+        return NDArray.make(shape, strides, self._device, self._handle, offset, self._dtype)
+
+    # ---- metadata -------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def strides(self) -> tuple:
+        return self._strides
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return prod(self._shape)
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d NDArray")
+        return self._shape[0]
+
+    def is_compact(self) -> bool:
+        """Row-major contiguous and covering its whole storage (the course's definition)."""
+        return (self._strides == compact_strides(self._shape) and self._offset == 0
+                and self.size == self._device.storage_size(self._handle))
+
+    def is_contiguous(self) -> bool:
+        """Row-major contiguous from `offset` (size-1 dims may have any stride)."""
+        return all(st == cs for s, st, cs in zip(self._shape, self._strides, compact_strides(self._shape)) if s != 1)
+
+    def compact(self) -> "NDArray":
+        return self if self.is_compact() else self._device.copy(self)
+
+    # ---- views ----------------------------------------------------------------------
+    def as_strided(self, shape, strides) -> "NDArray":
+        if len(shape) != len(strides):
+            raise ShapeError(f"as_strided: shape {fmt_shape(shape)} and strides {tuple(strides)} differ in length")
+        return self._view(tuple(shape), tuple(strides), self._offset)
+
+    def reshape(self, new_shape) -> "NDArray":
+        new_shape = _infer_reshape(self._shape, new_shape)
+        if new_shape == self._shape:
+            return self
+        strides = reshape_strides(self._shape, self._strides, new_shape)
+        if strides is None:
+            return self.compact().reshape(new_shape)
+        return self._view(new_shape, strides, self._offset)
+
+    def permute(self, new_axes) -> "NDArray":
+        new_axes = tuple(int(a) % max(self.ndim, 1) for a in new_axes)
+        if sorted(new_axes) != list(range(self.ndim)):
+            raise AxisError(f"permute: axes {tuple(new_axes)} are not a permutation for shape {fmt_shape(self.shape)}")
+        return self._view(tuple(self._shape[a] for a in new_axes),
+                          tuple(self._strides[a] for a in new_axes), self._offset)
+
+    def broadcast_to(self, new_shape) -> "NDArray":
+        new_shape = tuple(int(s) for s in new_shape)
+        lead = len(new_shape) - self.ndim
+        if lead < 0 or any(s != n and s != 1 for s, n in zip(self._shape, new_shape[lead:])):
+            raise ShapeError(f"broadcast_to: cannot broadcast shape {fmt_shape(self.shape)} to {fmt_shape(new_shape)}")
+        strides = (0,) * lead + tuple(0 if s == 1 and n != 1 else st
+                                      for s, n, st in zip(self._shape, new_shape[lead:], self._strides))
+        return self._view(new_shape, strides, self._offset)
+
+    def flip(self, axes) -> "NDArray":
+        axes = normalize_axes("flip", axes, self.ndim, self.shape)
+        offset, strides = self._offset, list(self._strides)
+        for a in axes:
+            if self._shape[a] > 0:
+                offset += (self._shape[a] - 1) * strides[a]
+            strides[a] = -strides[a]
+        return self._view(self._shape, tuple(strides), offset)
+
+    def _index_view(self, idxs) -> "NDArray":
+        """numpy basic indexing: ints (drop the axis), slices with steps, None, Ellipsis."""
+        if not isinstance(idxs, tuple):
+            idxs = (idxs,)
+        n_real = sum(1 for i in idxs if i is not None and i is not Ellipsis)
+        if sum(1 for i in idxs if i is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if n_real > self.ndim:
+            raise IndexError(f"too many indices ({n_real}) for NDArray of shape {fmt_shape(self.shape)}")
+        expanded = []
+        for i in idxs:
+            if i is Ellipsis:
+                expanded.extend([slice(None)] * (self.ndim - n_real))
+            else:
+                expanded.append(i)
+        if not any(i is Ellipsis for i in idxs):
+            expanded.extend([slice(None)] * (self.ndim - n_real))
+        shape, strides, offset, axis = [], [], self._offset, 0
+        for i in expanded:
+            if i is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            n, st = self._shape[axis], self._strides[axis]
+            if isinstance(i, slice):
+                start, stop, step = i.indices(n)
+                length = len(range(start, stop, step))
+                if length > 0:
+                    offset += start * st
+                shape.append(length)
+                strides.append(st * step)
+            elif isinstance(i, numbers.Integral) or hasattr(i, "__index__"):
+                k = int(i)
+                if not -n <= k < n:
+                    raise IndexError(f"index {k} is out of bounds for axis {axis} with size {n}")
+                offset += (k % n) * st
+            else:
+                raise IndexError(f"NDArray indices must be ints, slices, None or ...; got {type(i).__name__}")
+            axis += 1
+        return self._view(tuple(shape), tuple(strides), offset)
+
+    def __getitem__(self, idxs) -> "NDArray":
+        return self._index_view(idxs)
+
+    def __setitem__(self, idxs, other) -> None:
+        view = self._index_view(idxs)
+        if isinstance(other, NDArray):
+            if other.device != self.device:
+                raise DeviceError(f"setitem: value on {other.device} but array on {self.device}")
+            if other.shape != view.shape:
+                if other.size == view.size:
+                    other = other.reshape(view.shape)
+                else:
+                    other = other.broadcast_to(view.shape)
+            if other.dtype != self.dtype:
+                other = other.astype(self.dtype)
+        elif isinstance(other, numbers.Number):
+            pass
+        else:
+            return self.__setitem__(idxs, NDArray(np.asarray(other), device=self.device, dtype=self.dtype))
+        self._device.assign(view, other)
+
+    # ---- conversion -----------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """A copy of the data as a numpy array."""
+        return self._device.to_numpy(self)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    @property
+    def flat(self):
+        """numpy's flat iterator over the live storage: `a.flat[j] += eps` writes through."""
+        return self._device.numpy_view(self).flat
+
+    def to(self, device) -> "NDArray":
+        return self if device == self.device else NDArray(self.numpy(), device=device, dtype=self.dtype)
+
+    def astype(self, dtype) -> "NDArray":
+        dtype = dtype_name(dtype)
+        return self if dtype == self._dtype else self._device.cast(self, dtype)
+
+    def fill(self, value) -> None:
+        self._device.assign(self, value)
+
+    def item(self):
+        if self.size != 1:
+            raise ValueError(f"item: NDArray of shape {fmt_shape(self.shape)} has {self.size} elements")
+        return self.numpy().reshape(()).item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __repr__(self) -> str:
+        return f"NDArray({self.numpy()}, device={self.device})"
+
+    def __str__(self) -> str:
+        return str(self.numpy())
+
+    # ---- arithmetic -----------------------------------------------------------------
+    def _binary(self, op: str, other, reverse: bool = False) -> "NDArray":
+        if isinstance(other, NDArray):
+            if other.device != self.device:
+                raise DeviceError(f"{op}: operands on different devices ({self.device} and {other.device})")
+            require_same(op, self.dtype, other.dtype)
+            a, b = (other, self) if reverse else (self, other)
+            shape = broadcast_shapes(op, a.shape, b.shape)
+            return self._device.binary(op, a.broadcast_to(shape), b.broadcast_to(shape))
+        if not isinstance(other, (numbers.Number, np.generic)):
+            return NotImplemented
+        return self._device.binary_scalar(op, self, other, reverse)
+
+    def _compare(self, op: str, other, reverse: bool = False) -> "NDArray":
+        result = self._binary(op, other, reverse)
+        return result if result is NotImplemented else result.astype(self.dtype)
+
+    def __add__(self, other): return self._binary("add", other)
+    def __radd__(self, other): return self._binary("add", other, True)
+    def __sub__(self, other): return self._binary("sub", other)
+    def __rsub__(self, other): return self._binary("sub", other, True)
+    def __mul__(self, other): return self._binary("mul", other)
+    def __rmul__(self, other): return self._binary("mul", other, True)
+    def __truediv__(self, other): return self._binary("div", other)
+    def __rtruediv__(self, other): return self._binary("div", other, True)
+    def __pow__(self, other): return self._binary("pow", other)
+    def __rpow__(self, other): return self._binary("pow", other, True)
+    def __neg__(self): return self._device.unary("neg", self)
+
+    # comparisons return 1/0 in the array's own dtype, as in the course framework
+    def __eq__(self, other): return self._compare("eq", other)
+    def __ne__(self, other): return self._compare("ne", other)
+    def __lt__(self, other): return self._compare("lt", other)
+    def __le__(self, other): return self._compare("le", other)
+    def __gt__(self, other): return self._compare("lt", other, True)
+    def __ge__(self, other): return self._compare("le", other, True)
+    __hash__ = None
+
+    def where(self, a: "NDArray", b: "NDArray") -> "NDArray":
+        """`a` where self is nonzero, else `b` (all broadcast to one shape)."""
+        shape = broadcast_shapes("where", self.shape, a.shape, b.shape)
+        require_same("where", a.dtype, b.dtype)
+        return self._device.where(self.broadcast_to(shape), a.broadcast_to(shape), b.broadcast_to(shape))
+
+    def maximum(self, other): return self._binary("max", other)
+    def minimum(self, other): return self._binary("min", other)
+    def _float_unary(self, op: str) -> "NDArray":
+        require_float(op, self.dtype)
+        return self._device.unary(op, self)
+
+    def exp(self): return self._float_unary("exp")
+    def log(self): return self._float_unary("log")
+    def tanh(self): return self._float_unary("tanh")
+    def sqrt(self): return self._float_unary("sqrt")
+    def abs(self): return self._device.unary("abs", self)
+
+    def _reduce(self, op: str, axis, keepdims: bool) -> "NDArray":
+        axes = normalize_axes(op, axis, self.ndim, self.shape)
+        out = self._device.reduce(op, self, axes)  # keeps reduced axes as size 1
+        if keepdims:
+            return out
+        return out.reshape(tuple(s for i, s in enumerate(self._shape) if i not in axes))
+
+    def sum(self, axis=None, keepdims=False): return self._reduce("sum", axis, keepdims)
+    def max(self, axis=None, keepdims=False): return self._reduce("max", axis, keepdims)
+
+    def __matmul__(self, other: "NDArray") -> "NDArray":
+        if not isinstance(other, NDArray):
+            return NotImplemented
+        if other.device != self.device:
+            raise DeviceError(f"matmul: operands on different devices ({self.device} and {other.device})")
+        require_same("matmul", self.dtype, other.dtype)
+        batch, m, k, n = matmul_shapes(self.shape, other.shape)
+        a = self.broadcast_to(batch + (m, k))
+        b = other.broadcast_to(batch + (k, n))
+        return self._device.matmul(a, b)
+
+    def pad(self, axes) -> "NDArray":
+        """Zero padding: `axes` holds a (before, after) pair per axis."""
+        axes = tuple(tuple(int(p) for p in pair) for pair in axes)
+        if len(axes) != self.ndim or any(len(p) != 2 or min(p) < 0 for p in axes):
+            raise ShapeError(f"pad: need one non-negative (before, after) pair per axis of "
+                             f"{fmt_shape(self.shape)}, got {axes}")
+        out = self._device.full(tuple(s + l + r for s, (l, r) in zip(self._shape, axes)), 0, self._dtype)
+        out[tuple(slice(l, l + s) for s, (l, _) in zip(self._shape, axes))] = self
+        return out
+
+
+def matmul_shapes(a_shape, b_shape):
+    """(batch, m, k, n) of a batched matmul, batch dims broadcast both ways."""
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise ShapeError(f"matmul: operands need at least 2 dims, got {fmt_shape(a_shape)} and {fmt_shape(b_shape)}")
+    if a_shape[-1] != b_shape[-2]:
+        raise ShapeError(f"matmul: inner dimensions differ: {fmt_shape(a_shape)} @ {fmt_shape(b_shape)}")
+    batch = broadcast_shapes("matmul", a_shape[:-2], b_shape[:-2])
+    return batch, a_shape[-2], a_shape[-1], b_shape[-1]
+
+
+def _infer_reshape(shape, new_shape) -> tuple:
+    if isinstance(new_shape, numbers.Integral):
+        new_shape = (new_shape,)
+    new_shape = [int(s) for s in new_shape]
+    size = prod(shape)
+    if new_shape.count(-1) > 1:
+        raise ShapeError(f"reshape: only one -1 allowed in {tuple(new_shape)}")
+    if -1 in new_shape:
+        rest = prod(s for s in new_shape if s != -1)
+        if rest == 0 or size % rest:
+            raise ShapeError(f"reshape: cannot reshape {fmt_shape(shape)} into {tuple(new_shape)}")
+        new_shape[new_shape.index(-1)] = size // rest
+    if any(s < 0 for s in new_shape) or prod(new_shape) != size:
+        raise ShapeError(f"reshape: cannot reshape {fmt_shape(shape)} (size {size}) into {fmt_shape(new_shape)}")
+    return tuple(new_shape)

@@ -1,0 +1,38 @@
+"""Environment switches, read once at import (tinygrad-style helpers module).
+
+Every NEEDLE_* variable is parsed here and nowhere else, so a reader finds all
+knobs in one place.  Values can be changed at run time by assigning to the
+module attributes (tests do this); code must read them through this module.
+"""
+import os
+
+
+def _int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    try:
+        return int(value) if value.strip() else default
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def _default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+#: lazy mode at import (SPEC "Lazy mode"); `needle.autograd.LAZY_MODE` holds the live value.
+LAZY = _int("NEEDLE_LAZY", 1) != 0
+#: array backend: "nd" (NDArray, default) or "np" (plain numpy arrays, eager).
+BACKEND = os.environ.get("NEEDLE_BACKEND", "nd").strip() or "nd"
+#: 0 silent; 1 schedules; 2 + kernel times; 3 + kernel IR; 4 + LLVM IR / CUDA C.
+DEBUG = _int("NEEDLE_DEBUG", 0)
+#: CPU threads used by compiled kernels.
+THREADS = max(1, _int("NEEDLE_THREADS", _default_threads()))
+#: on-disk kernel cache.
+CACHE = _int("NEEDLE_CACHE", 1) != 0
+CACHE_DIR = os.environ.get("NEEDLE_CACHE_DIR") or os.path.join(
+    os.path.expanduser("~"), ".cache", "needle")
+#: bounds-checked code generation: every load/store checks its index and traps.
+BOUNDS_CHECK = _int("NEEDLE_BOUNDS_CHECK", 0) != 0

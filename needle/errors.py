@@ -1,0 +1,60 @@
+"""Errors raised by needle.  Every user-facing error is a NeedleError, and also a
+ValueError or TypeError as fits, so `except ValueError` keeps working."""
+
+
+class NeedleError(Exception):
+    """Base class of all errors raised by needle on bad input."""
+
+
+class ShapeError(NeedleError, ValueError):
+    """Shapes of the operands do not fit the op."""
+
+
+class AxisError(NeedleError, ValueError):
+    """An axis is out of range or repeated."""
+
+
+class DTypeError(NeedleError, TypeError):
+    """A dtype is unsupported or operands' dtypes disagree."""
+
+
+class DeviceError(NeedleError, ValueError):
+    """Operands live on different devices, or a device is unavailable."""
+
+
+class DataError(NeedleError, ValueError):
+    """A data file is missing, truncated or malformed."""
+
+
+class CompileError(NeedleError, RuntimeError):
+    """Code generation or JIT compilation failed (a needle bug, reported clearly)."""
+
+
+class BoundsError(NeedleError, IndexError):
+    """Generated code computed an out-of-bounds index (NEEDLE_BOUNDS_CHECK=1)."""
+
+
+def fmt_shape(shape) -> str:
+    return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def normalize_axes(op: str, axes, ndim: int, shape=None) -> tuple:
+    """Turn an int / sequence / None into a sorted tuple of non-negative axes,
+    raising AxisError that names `op` and the shape on a bad axis."""
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, (int,)) or hasattr(axes, "__index__"):
+        axes = (axes,)
+    out = []
+    for ax in axes:
+        if not hasattr(ax, "__index__"):
+            raise AxisError(f"{op}: axis {ax!r} is not an integer")
+        a = int(ax)
+        if not -ndim <= a < ndim:
+            where = f" for shape {fmt_shape(shape)}" if shape is not None else f" for {ndim}-d input"
+            raise AxisError(f"{op}: axis {a} is out of range{where}")
+        a %= ndim
+        if a in out:
+            raise AxisError(f"{op}: axis {a} is repeated in {tuple(axes)}")
+        out.append(a)
+    return tuple(sorted(out))

@@ -1,0 +1,10 @@
+"""needle.ops: the differentiable operators, as module functions and Op classes."""
+from .ops_conv import Conv, conv  # noqa: F401
+from .ops_logarithmic import LogSoftmax, LogSumExp, logsoftmax, logsumexp  # noqa: F401
+from .ops_mathematic import *  # noqa: F401,F403
+from .ops_mathematic import max, mean, unbroadcast  # noqa: F401
+from .ops_movement import (Concatenate, Dilate, Flip, GetItem, Pad, Scatter, Split, Stack,  # noqa: F401
+                           UnDilate, concatenate, dilate, flip, getitem, pad, scatter, split, stack,
+                           undilate)
+from .ops_tuple import (FusedAddScalars, MakeTensorTuple, TupleGetItem, fused_add_scalars,  # noqa: F401
+                        make_tuple, tuple_get_item)

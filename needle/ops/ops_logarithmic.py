@@ -1,0 +1,66 @@
+"""Numerically stable log-sum-exp and log-softmax."""
+from __future__ import annotations
+
+from .. import array_api as A
+from ..autograd import TensorOp
+from ..errors import ShapeError, fmt_shape, normalize_axes
+from .ops_mathematic import broadcast_to, exp, reshape, summation
+
+
+def _stable_max(z, axes):
+    """max over axes with keepdims, replaced by 0 where it is not finite, so that
+    z - max never makes inf - inf (all -inf rows give -inf, as they should)."""
+    m = A.amax(z, axis=axes, keepdims=True)
+    finite = (m - m) == 0  # false for inf and nan
+    return A.where(finite, m, A.zeros(m.shape, m))
+
+
+class LogSumExp(TensorOp):
+    """log(sum(exp(z), axes)), stable for inputs of 1e10."""
+
+    def __init__(self, axes=None):
+        self.axes = axes
+
+    def compute(self, z):
+        axes = normalize_axes("logsumexp", self.axes, z.ndim, z.shape)
+        for ax in axes:
+            if z.shape[ax] == 0:
+                raise ShapeError(f"logsumexp: cannot reduce over empty axis {ax} of shape {fmt_shape(z.shape)}")
+        m = _stable_max(z, axes)
+        out = A.log(A.summation(A.exp(z - A.broadcast_to(m, z.shape)), axis=axes, keepdims=True)) + m
+        return A.reshape(out, tuple(s for i, s in enumerate(z.shape) if i not in axes))
+
+    def gradient(self, out_grad, node):
+        z = node.inputs[0]
+        axes = normalize_axes("logsumexp", self.axes, len(z.shape), z.shape)
+        kept = tuple(1 if i in axes else s for i, s in enumerate(z.shape))
+        softmax = exp(z - broadcast_to(reshape(node, kept), z.shape))
+        return broadcast_to(reshape(out_grad, kept), z.shape) * softmax
+
+
+def logsumexp(a, axes=None):
+    return LogSumExp(axes=axes)(a)
+
+
+class LogSoftmax(TensorOp):
+    """z - logsumexp(z) over the last axis (course: 2-d inputs, axis 1)."""
+
+    def __init__(self, axis: int = -1):
+        self.axis = axis
+
+    def compute(self, z):
+        axes = normalize_axes("logsoftmax", self.axis, z.ndim, z.shape)
+        m = _stable_max(z, axes)
+        shifted = z - A.broadcast_to(m, z.shape)
+        lse = A.log(A.summation(A.exp(shifted), axis=axes, keepdims=True))
+        return shifted - A.broadcast_to(lse, z.shape)
+
+    def gradient(self, out_grad, node):
+        axes = normalize_axes("logsoftmax", self.axis, len(node.shape), node.shape)
+        softmax = exp(node)
+        total = broadcast_to(summation(out_grad, axes, keepdims=True), node.shape)
+        return out_grad - softmax * total
+
+
+def logsoftmax(a, axis=-1):
+    return LogSoftmax(axis)(a)

@@ -1,0 +1,221 @@
+"""Ops that move data without arithmetic: flip, dilate, pad, getitem, stack,
+split, concatenate."""
+from __future__ import annotations
+
+import numbers
+
+from .. import array_api as A
+from ..autograd import TensorOp, TensorTupleOp
+from ..errors import ShapeError, fmt_shape, normalize_axes
+from .ops_tuple import _as_tuple, make_tuple
+
+
+class Flip(TensorOp):
+    def __init__(self, axes):
+        self.axes = axes
+
+    def compute(self, a):
+        return A.flip(a, normalize_axes("flip", self.axes, a.ndim, a.shape))
+
+    def gradient(self, out_grad, node):
+        return flip(out_grad, self.axes)
+
+
+def flip(a, axes):
+    return Flip(axes)(a)
+
+
+def _dilation(op: str, dilation) -> int:
+    if not isinstance(dilation, numbers.Integral) or dilation < 0:
+        raise ValueError(f"{op}: dilation must be a non-negative integer, got {dilation!r}")
+    return int(dilation)
+
+
+class Dilate(TensorOp):
+    """Insert `dilation` zeros after every element along `axes`."""
+
+    def __init__(self, axes: tuple, dilation: int):
+        self.axes = axes
+        self.dilation = _dilation("dilate", dilation)
+
+    def compute(self, a):
+        axes = normalize_axes("dilate", self.axes, a.ndim, a.shape)
+        return a if self.dilation == 0 else A.dilate(a, axes, self.dilation)
+
+    def gradient(self, out_grad, node):
+        return undilate(out_grad, self.axes, self.dilation)
+
+
+def dilate(a, axes, dilation):
+    return Dilate(axes, dilation)(a)
+
+
+class UnDilate(TensorOp):
+    """Keep every (dilation + 1)-th element along `axes`."""
+
+    def __init__(self, axes: tuple, dilation: int):
+        self.axes = axes
+        self.dilation = _dilation("undilate", dilation)
+
+    def compute(self, a):
+        axes = normalize_axes("undilate", self.axes, a.ndim, a.shape)
+        for ax in axes:
+            if a.shape[ax] % (self.dilation + 1):
+                raise ShapeError(f"undilate: axis {ax} of shape {fmt_shape(a.shape)} is not a "
+                                 f"multiple of dilation + 1 = {self.dilation + 1}")
+        return A.undilate(a, axes, self.dilation)
+
+    def gradient(self, out_grad, node):
+        return dilate(out_grad, self.axes, self.dilation)
+
+
+def undilate(a, axes, dilation):
+    return UnDilate(axes, dilation)(a)
+
+
+class Pad(TensorOp):
+    """Zero padding; `axes` holds one (before, after) pair per axis."""
+
+    def __init__(self, axes):
+        self.axes = tuple(tuple(p) for p in axes)
+
+    def compute(self, a):
+        if len(self.axes) != a.ndim or any(len(p) != 2 or min(p) < 0 for p in self.axes):
+            raise ShapeError(f"pad: need one non-negative (before, after) pair per axis of "
+                             f"{fmt_shape(a.shape)}, got {self.axes}")
+        return A.pad(a, self.axes)
+
+    def gradient(self, out_grad, node):
+        return getitem(out_grad, tuple(slice(lo, lo + s) for (lo, _), s in zip(self.axes, node.inputs[0].shape)))
+
+
+def pad(a, axes):
+    return Pad(axes)(a)
+
+
+def _normalize_index(idxs, shape) -> tuple:
+    """Check a basic index (ints, slices, None, ...) against `shape` up front so that
+    errors name getitem and the shape; ints are made non-negative."""
+    if not isinstance(idxs, tuple):
+        idxs = (idxs,)
+    n_real = sum(1 for i in idxs if i is not None and i is not Ellipsis)
+    if n_real > len(shape):
+        raise IndexError(f"getitem: too many indices ({n_real}) for shape {fmt_shape(shape)}")
+    out, axis = [], 0
+    for i in idxs:
+        if i is Ellipsis:
+            out.append(i)
+            axis += len(shape) - n_real
+        elif i is None:
+            out.append(i)
+        elif isinstance(i, slice):
+            for part in (i.start, i.stop, i.step):
+                if part is not None and not isinstance(part, numbers.Integral):
+                    raise IndexError(f"getitem: slice bounds must be integers, got {i}")
+            if i.step == 0:
+                raise IndexError("getitem: slice step cannot be zero")
+            out.append(i)
+            axis += 1
+        elif isinstance(i, numbers.Integral) and not isinstance(i, bool):
+            n = shape[axis]
+            if not -n <= i < n:
+                raise IndexError(f"getitem: index {i} is out of bounds for axis {axis} of shape {fmt_shape(shape)}")
+            out.append(int(i) % n)
+            axis += 1
+        else:
+            raise IndexError(f"getitem: only ints, slices, None and ... are supported, got {type(i).__name__}")
+    return tuple(out)
+
+
+class GetItem(TensorOp):
+    """Basic indexing a[idxs] (a view); the gradient scatters into zeros."""
+
+    def __init__(self, idxs):
+        self.idxs = idxs
+
+    def compute(self, a):
+        return a[_normalize_index(self.idxs, a.shape)]
+
+    def gradient(self, out_grad, node):
+        return scatter(out_grad, node.inputs[0].shape, self.idxs)
+
+
+def getitem(a, idxs):
+    return GetItem(idxs)(a)
+
+
+class Scatter(TensorOp):
+    """Zeros of `shape` with the input written at `idxs` (getitem's adjoint)."""
+
+    def __init__(self, shape, idxs):
+        self.shape = tuple(shape)
+        self.idxs = idxs
+
+    def compute(self, grad):
+        return A.scatter(grad, self.shape, _normalize_index(self.idxs, self.shape))
+
+    def gradient(self, out_grad, node):
+        return getitem(out_grad, self.idxs)
+
+
+def scatter(a, shape, idxs):
+    return Scatter(shape, idxs)(a)
+
+
+class Stack(TensorOp):
+    """Stack a tuple of equally shaped tensors along a new axis."""
+
+    def __init__(self, axis: int):
+        self.axis = axis
+
+    def compute(self, args):
+        return A.stack(args, self.axis)
+
+    def gradient(self, out_grad, node):
+        return split(out_grad, self.axis)
+
+
+def stack(args, axis):
+    return Stack(axis)(_as_tuple("stack", args))
+
+
+class Split(TensorTupleOp):
+    """Split along an axis into single slices, dropping the axis (inverse of stack)."""
+
+    def __init__(self, axis: int):
+        self.axis = axis
+
+    def compute(self, a):
+        return A.split(a, self.axis)
+
+    def gradient(self, out_grad, node):
+        return stack(out_grad, self.axis)
+
+
+def split(a, axis):
+    return Split(axis)(a)
+
+
+class Concatenate(TensorOp):
+    """Join a tuple of tensors along an existing axis."""
+
+    def __init__(self, axis: int):
+        self.axis = axis
+
+    def compute(self, args):
+        return A.concatenate(args, self.axis)
+
+    def gradient(self, out_grad, node):
+        parts = node.inputs[0]
+        axis = normalize_axes("concatenate", self.axis, len(out_grad.shape), out_grad.shape)[0]
+        grads, start = [], 0
+        for i in range(len(parts)):
+            size = parts[i].shape[axis]
+            idx = tuple(slice(start, start + size) if d == axis else slice(None) for d in range(len(out_grad.shape)))
+            grads.append(getitem(out_grad, idx))
+            start += size
+        return make_tuple(*grads)
+
+
+def concatenate(args, axis):
+    return Concatenate(axis)(_as_tuple("concatenate", args))
