@@ -10,3 +10,4 @@ from . import backend_ndarray as nd  # noqa: F401
 from .ops import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
+from .realize import lazy, realize  # noqa: F401,E402

@@ -1,0 +1,35 @@
+"""Realization: turn pending (lazy) tensors into data, several at once."""
+from __future__ import annotations
+
+import contextlib
+
+from . import autograd
+
+
+def realize(*tensors):
+    """Compute every pending tensor given (Tensors, TensorTuples, or lists of them)
+    with one schedule, so shared work is done once.  Returns the tensors."""
+    values = []
+    for t in tensors:
+        if isinstance(t, (list, tuple)):
+            values.extend(t)
+        elif t is not None:
+            values.append(t)
+    realize_values(values)
+    return tensors[0] if len(tensors) == 1 else tensors
+
+
+def realize_values(values) -> None:
+    for v in values:
+        v.realize_cached_data()
+
+
+@contextlib.contextmanager
+def lazy(enabled: bool = True):
+    """`with needle.lazy(False):` runs the block eagerly (or lazily with True)."""
+    previous = autograd.LAZY_MODE
+    autograd.LAZY_MODE = bool(enabled) and autograd.BACKEND == "nd"
+    try:
+        yield
+    finally:
+        autograd.LAZY_MODE = previous
