@@ -146,6 +146,17 @@ def as_strided(a, shape, strides):
     return a.compact().as_strided(shape, strides)
 
 
+def sliding_window(a, kernel, step: int):
+    """(N, H, W, C) -> (N, Ho, Wo, KH, KW, C): the im2col view of a convolution."""
+    if hasattr(a, "sliding_window"):
+        return a.sliding_window(kernel, step)
+    N, H, W, C = a.shape
+    KH, KW = kernel
+    Ho, Wo = (H - KH) // step + 1, (W - KW) // step + 1
+    sN, sH, sW = H * W * C, W * C, C
+    return as_strided(a, (N, Ho, Wo, KH, KW, C), (sN, sH * step, sW * step, sH, sW, 1))
+
+
 def check_axes(op: str, axes, ndim: int, shape) -> tuple:
     return normalize_axes(op, axes, ndim, shape)
 

@@ -19,7 +19,7 @@ from .dtypes import dtype_name
 from .errors import DeviceError, DTypeError, fmt_shape
 
 #: lazy mode: ops record IR and compute nothing until data is needed (SPEC "Lazy mode").
-LAZY_MODE = False  # lazy execution lands with the IR (issue 3)
+LAZY_MODE = config.LAZY and BACKEND == "nd"
 #: number of live Tensor/TensorTuple objects (tests use it to check graphs are freed).
 TENSOR_COUNTER = 0
 
@@ -96,14 +96,12 @@ class Value:
                     node._cached_data = node.op.compute(*[x.realize_cached_data() for x in node.inputs])
         data = self._cached_data
         if isinstance(data, tuple):
-            if any(is_pending(x) for x in data):
-                from .realize import realize_values
-                realize_values([self])
-            data = self._cached_data = tuple(getattr(x, "realized", None) or x for x in data)
+            if any(getattr(x, "is_lazy", False) for x in data):
+                _realize([x for x in data if is_pending(x)])
+                data = self._cached_data = tuple(x.realized if getattr(x, "is_lazy", False) else x for x in data)
         elif getattr(data, "is_lazy", False):
             if data.realized is None:
-                from .realize import realize_values
-                realize_values([self])
+                _realize([data])
             data = self._cached_data = data.realized
         return data
 
@@ -151,10 +149,24 @@ class Value:
         value = cls.__new__(cls)
         value._init(op, list(inputs))
         # eager: compute now; lazy: record the IR now.  Either way bad shapes raise here.
-        value._cached_data = op.compute(*[x._compute_input() for x in inputs])
+        args = [x._compute_input() for x in inputs]
+        if LAZY_MODE:
+            from .ir import build
+            previous, build.ORIGIN[0] = build.ORIGIN[0], op.name
+            try:
+                value._cached_data = op.compute(*args)
+            finally:
+                build.ORIGIN[0] = previous
+        else:
+            value._cached_data = op.compute(*args)
         if not value.requires_grad:
             return value.detach()
         return value
+
+
+def _realize(nodes) -> None:
+    from .runtime import realize_nodes
+    realize_nodes(nodes)
 
 
 def _check_devices(op: Op, inputs) -> None:
@@ -472,6 +484,9 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     if output_tensor.shape != out_grad.shape:
         raise ValueError(f"backward: out_grad shape {fmt_shape(out_grad.shape)} differs from "
                          f"the tensor's {fmt_shape(output_tensor.shape)}")
+    if LAZY_MODE and is_pending(output_tensor._cached_data):
+        from .runtime import realize_later
+        realize_later(output_tensor._cached_data)  # computed with the next schedule (the step)
     node_to_output_grads_list = {output_tensor: [out_grad]}
     for node in reversed(find_topo_sort([output_tensor])):
         grads = node_to_output_grads_list.pop(node, None)

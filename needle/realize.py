@@ -20,6 +20,16 @@ def realize(*tensors):
 
 
 def realize_values(values) -> None:
+    """Realize the pending data of all `values` in one go."""
+    from .runtime import realize_nodes
+    pending = []
+    for v in values:
+        data = v._cached_data
+        for x in (data if isinstance(data, tuple) else (data,)):
+            if autograd.is_pending(x):
+                pending.append(x)
+    if pending:
+        realize_nodes(pending)
     for v in values:
         v.realize_cached_data()
 

@@ -45,9 +45,8 @@ class Conv(TensorOp):
             Z = A.pad(Z, ((0, 0), (p, p), (p, p), (0, 0)))
         N, H, Wd, C = Z.shape
         KH, KW, _, O = W.shape
-        Ho, Wo = (H - KH) // s + 1, (Wd - KW) // s + 1
-        sN, sH, sW, sC = H * Wd * C, Wd * C, C, 1
-        cols = A.as_strided(Z, (N, Ho, Wo, KH, KW, C), (sN, sH * s, sW * s, sH, sW, sC))
+        cols = A.sliding_window(Z, (KH, KW), s)  # (N, Ho, Wo, KH, KW, C), a view
+        Ho, Wo = cols.shape[1], cols.shape[2]
         out = A.reshape(cols, (N * Ho * Wo, KH * KW * C)) @ A.reshape(W, (KH * KW * C, O))
         return A.reshape(out, (N, Ho, Wo, O))
 

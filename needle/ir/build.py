@@ -1,0 +1,259 @@
+"""Constructors of IR nodes, with shape and dtype inference.
+
+Every check happens here, when the node is built, so a bad program fails at the
+line that wrote it with a message naming the op and the shapes; later stages
+(passes, codegen) can assume a well-formed graph.
+"""
+from __future__ import annotations
+
+import math
+
+from ..dtypes import dtype_name, is_float, require_same
+from ..errors import AxisError, DeviceError, DTypeError, ShapeError, fmt_shape, normalize_axes
+from . import lazy
+from .nodes import BINARY, COMPARE, UNARY
+
+#: name of the frontend op whose compute() is building nodes right now (for dumps)
+ORIGIN = [""]
+
+FLOAT_ONLY = ("exp", "log", "tanh", "sqrt", "pow", "div")
+
+
+def _new(op, srcs, arg, shape, dtype, device):
+    return lazy.LazyArray(op, tuple(srcs), arg, tuple(shape), dtype, device, ORIGIN[0])
+
+
+# ---- loads ------------------------------------------------------------------------------------
+def buffer(array) -> "lazy.LazyArray":
+    """A realized NDArray as a graph input (read through its own strides)."""
+    return _new("buffer", (), array, array.shape, array.dtype, array.device)
+
+
+def const(value, shape, dtype, device) -> "lazy.LazyArray":
+    """A scalar baked into the kernels, broadcast to `shape`."""
+    return _new("const", (), _scalar(value, dtype), shape, dtype_name(dtype), device)
+
+
+def param(value, shape, dtype, device) -> "lazy.LazyArray":
+    """A scalar passed to the kernels at run time (user scalars: learning rates,
+    bias corrections), so that a new value does not mean a new kernel."""
+    return _new("param", (), _scalar(value, dtype), shape, dtype_name(dtype), device)
+
+
+def _scalar(value, dtype):
+    dtype = dtype_name(dtype)
+    if dtype == "bool":
+        return bool(value)
+    return float(value) if is_float(dtype) else int(value)
+
+
+# ---- elementwise ------------------------------------------------------------------------------
+def elementwise(op: str, *srcs) -> "lazy.LazyArray":
+    """An elementwise op on sources of one shape (broadcast them first)."""
+    shape = srcs[0].shape
+    for s in srcs[1:]:
+        if s.shape != shape:
+            raise ShapeError(f"{op}: shapes {' and '.join(fmt_shape(x.shape) for x in srcs)} differ "
+                             "(broadcast first)")
+    _same_device(op, srcs)
+    if op == "where":
+        cond, a, b = srcs
+        if cond.dtype != "bool":
+            raise DTypeError(f"where: condition must be bool, got {cond.dtype}")
+        dtype = require_same("where", a.dtype, b.dtype)
+    elif op in UNARY:
+        dtype = srcs[0].dtype
+        if op in FLOAT_ONLY and not is_float(dtype):
+            raise DTypeError(f"{op}: expects a floating dtype, got {dtype}")
+        if dtype == "bool":
+            raise DTypeError(f"{op}: not defined for bool")
+    elif op in BINARY:
+        dtype = require_same(op, srcs[0].dtype, srcs[1].dtype)
+        if op in FLOAT_ONLY and not is_float(dtype):
+            raise DTypeError(f"{op}: expects floating dtypes, got {dtype}")
+        if dtype == "bool" and op not in ("eq", "ne", "max", "min"):
+            raise DTypeError(f"{op}: not defined for bool; cast first")
+        if op in COMPARE:
+            dtype = "bool"
+    else:
+        raise ValueError(f"unknown elementwise op {op!r}")
+    if all(s.op == "const" for s in srcs) and op != "where":
+        return const(_fold(op, [s.arg for s in srcs], dtype), shape, dtype, srcs[0].device)
+    return _new(op, srcs, None, shape, dtype, srcs[0].device)
+
+
+def _fold(op, values, dtype):
+    """Constant folding with the reference semantics (numpy)."""
+    import numpy as np
+    from ..backend_ndarray import numpy_kernels as K
+    from ..dtypes import np_dtype
+    arrays = [np.asarray(v, dtype=np_dtype(dtype) if op not in COMPARE else None) for v in values]
+    out = K.unary(op, arrays[0]) if op in UNARY else K.binary(op, arrays[0], arrays[1], arrays[0].dtype)
+    return out.item()
+
+
+def cast(src, dtype) -> "lazy.LazyArray":
+    dtype = dtype_name(dtype)
+    if dtype == src.dtype:
+        return src
+    if src.op == "const":
+        return const(src.arg, src.shape, dtype, src.device)
+    return _new("cast", (src,), dtype, src.shape, dtype, src.device)
+
+
+def _same_device(op, srcs) -> None:
+    devices = {s.device for s in srcs}
+    if len(devices) > 1:
+        raise DeviceError(f"{op}: operands on different devices: {', '.join(map(str, devices))}")
+
+
+# ---- reductions -------------------------------------------------------------------------------
+def reduce(op: str, src, axes) -> "lazy.LazyArray":
+    """Reduce over `axes`; the reduced axes stay as size 1."""
+    axes = normalize_axes(op, axes, src.ndim, src.shape)
+    if src.dtype == "bool" and op == "reduce_sum":
+        raise DTypeError("sum: cast bool to a number type first")
+    if not axes:
+        return src
+    shape = tuple(1 if i in axes else s for i, s in enumerate(src.shape))
+    return _new(op, (src,), axes, shape, src.dtype, src.device)
+
+
+# ---- movement ---------------------------------------------------------------------------------
+def _movable(src, op, arg, shape):
+    """Movement of a broadcast scalar is again a broadcast scalar."""
+    if src.op in ("const", "param"):
+        return _new(src.op, (), src.arg, shape, src.dtype, src.device)
+    return _new(op, (src,), arg, shape, src.dtype, src.device)
+
+
+def reshape(src, shape) -> "lazy.LazyArray":
+    shape = tuple(int(s) for s in shape)
+    if math.prod(shape) != src.size or any(s < 0 for s in shape):
+        raise ShapeError(f"reshape: cannot reshape {fmt_shape(src.shape)} (size {src.size}) into {fmt_shape(shape)}")
+    if shape == src.shape:
+        return src
+    return _movable(src, "reshape", shape, shape)
+
+
+def permute(src, axes) -> "lazy.LazyArray":
+    axes = tuple(int(a) % max(src.ndim, 1) for a in axes)
+    if sorted(axes) != list(range(src.ndim)):
+        raise AxisError(f"permute: axes {axes} are not a permutation for shape {fmt_shape(src.shape)}")
+    if axes == tuple(range(src.ndim)):
+        return src
+    return _movable(src, "permute", axes, tuple(src.shape[a] for a in axes))
+
+
+def expand(src, shape) -> "lazy.LazyArray":
+    """Broadcast size-1 axes to `shape` (same number of dims)."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != src.ndim or any(s != n and s != 1 for s, n in zip(src.shape, shape)):
+        raise ShapeError(f"broadcast_to: cannot broadcast {fmt_shape(src.shape)} to {fmt_shape(shape)}")
+    if shape == src.shape:
+        return src
+    return _movable(src, "expand", shape, shape)
+
+
+def pad(src, pads) -> "lazy.LazyArray":
+    """Zero padding, one (before, after) pair per axis."""
+    pads = tuple((int(lo), int(hi)) for lo, hi in pads)
+    if len(pads) != src.ndim or any(lo < 0 or hi < 0 for lo, hi in pads):
+        raise ShapeError(f"pad: need one non-negative (before, after) pair per axis of {fmt_shape(src.shape)}, "
+                         f"got {pads}")
+    if not any(lo or hi for lo, hi in pads):
+        return src
+    shape = tuple(s + lo + hi for s, (lo, hi) in zip(src.shape, pads))
+    return _new("pad", (src,), pads, shape, src.dtype, src.device)
+
+
+def shrink(src, bounds) -> "lazy.LazyArray":
+    """Keep [start, stop) along each axis."""
+    bounds = tuple((int(a), int(b)) for a, b in bounds)
+    if len(bounds) != src.ndim or any(not 0 <= a <= b <= s for (a, b), s in zip(bounds, src.shape)):
+        raise ShapeError(f"shrink: bounds {bounds} do not fit shape {fmt_shape(src.shape)}")
+    if all(a == 0 and b == s for (a, b), s in zip(bounds, src.shape)):
+        return src
+    return _movable(src, "shrink", bounds, tuple(b - a for a, b in bounds))
+
+
+def flip(src, axes) -> "lazy.LazyArray":
+    axes = normalize_axes("flip", axes, src.ndim, src.shape)
+    axes = tuple(a for a in axes if src.shape[a] > 1)
+    if not axes:
+        return src
+    return _movable(src, "flip", axes, src.shape)
+
+
+def stride(src, steps) -> "lazy.LazyArray":
+    """Keep every steps[i]-th element along axis i (from the first)."""
+    steps = tuple(int(s) for s in steps)
+    if len(steps) != src.ndim or any(s < 1 for s in steps):
+        raise ShapeError(f"stride: need one positive step per axis of {fmt_shape(src.shape)}, got {steps}")
+    if all(s == 1 for s in steps):
+        return src
+    shape = tuple(-(-n // s) for n, s in zip(src.shape, steps))
+    return _movable(src, "stride", steps, shape)
+
+
+def window(src, axes, kernel, step) -> "lazy.LazyArray":
+    """Sliding windows over consecutive `axes`: each windowed axis of size n becomes
+    (n - k) // step + 1 positions, and the kernel axes are inserted after the last
+    windowed axis.  NHWC with axes (1, 2) gives (N, Ho, Wo, KH, KW, C)."""
+    axes, kernel = tuple(axes), tuple(kernel)
+    if list(axes) != list(range(axes[0], axes[0] + len(axes))) or len(kernel) != len(axes) or step < 1:
+        raise ShapeError(f"window: bad axes {axes} / kernel {kernel} / step {step}")
+    outs = []
+    for a, k in zip(axes, kernel):
+        if not 1 <= k <= src.shape[a]:
+            raise ShapeError(f"window: kernel {kernel} does not fit shape {fmt_shape(src.shape)}")
+        outs.append((src.shape[a] - k) // step + 1)
+    first, last = axes[0], axes[-1]
+    shape = src.shape[:first] + tuple(outs) + kernel + src.shape[last + 1:]
+    return _new("window", (src,), (axes, kernel, step), shape, src.dtype, src.device)
+
+
+def as_strided(src, shape, strides, offset=0) -> "lazy.LazyArray":
+    """A view with element strides over src's row-major layout (like numpy's)."""
+    shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
+    if len(shape) != len(strides):
+        raise ShapeError(f"as_strided: shape {fmt_shape(shape)} and strides {strides} differ in length")
+    if math.prod(shape):
+        hi = offset + sum((n - 1) * st for n, st in zip(shape, strides) if st > 0)
+        lo = offset + sum((n - 1) * st for n, st in zip(shape, strides) if st < 0)
+        if lo < 0 or hi >= src.size:
+            raise ShapeError(f"as_strided: view {fmt_shape(shape)} strides {strides} offset {offset} reads "
+                             f"outside the {src.size} elements of {fmt_shape(src.shape)}")
+    return _new("as_strided", (src,), (shape, strides, int(offset)), shape, src.dtype, src.device)
+
+
+# ---- matmul, assemble, copy -------------------------------------------------------------------
+def matmul(a, b) -> "lazy.LazyArray":
+    """(..., m, k) @ (..., k, n) with identical batch shapes (broadcast first)."""
+    if a.ndim < 2 or b.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"matmul: shapes {fmt_shape(a.shape)} and {fmt_shape(b.shape)} do not match")
+    dtype = require_same("matmul", a.dtype, b.dtype)
+    if dtype == "bool":
+        raise DTypeError("matmul: not defined for bool")
+    _same_device("matmul", (a, b))
+    return _new("matmul", (a, b), None, a.shape[:-1] + b.shape[-1:], dtype, a.device)
+
+
+def assemble(shape, pieces, like) -> "lazy.LazyArray":
+    """Zeros of `shape` with each piece written at its index: a tuple of
+    (start, stop, step) per axis, step > 0.  Pieces must not overlap."""
+    shape = tuple(shape)
+    for node, index in pieces:
+        if len(index) != len(shape):
+            raise ShapeError(f"assemble: index {index} does not fit shape {fmt_shape(shape)}")
+        got = tuple(len(range(a, b, c)) for a, b, c in index)
+        if got != node.shape or any(not (0 <= a <= b <= n and c > 0) for (a, b, c), n in zip(index, shape)):
+            raise ShapeError(f"assemble: piece {fmt_shape(node.shape)} does not fit slice {index} of {fmt_shape(shape)}")
+        require_same("assemble", like.dtype, node.dtype)
+    _same_device("assemble", [like] + [p for p, _ in pieces])
+    return _new("assemble", tuple(p for p, _ in pieces), tuple(tuple(ix) for _, ix in pieces),
+                shape, like.dtype, like.device)
+
+
+def copy(src) -> "lazy.LazyArray":
+    return _new("copy", (src,), None, src.shape, src.dtype, src.device)

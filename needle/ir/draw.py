@@ -1,0 +1,72 @@
+"""Pictures of the IR (`needle.ir.visualize`): DOT text, rendered by Graphviz."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from ..errors import NeedleError
+
+_COLORS = {"buffer": "#cfe2f3", "const": "#eeeeee", "param": "#eeeeee", "matmul": "#f4cccc",
+           "reduce_sum": "#fce5cd", "reduce_max": "#fce5cd", "assemble": "#d9d2e9", "copy": "#d9d2e9"}
+_MOVEMENT_COLOR = "#d9ead3"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def node_attrs(n, label: str) -> str:
+    from .nodes import MOVEMENT
+    color = _COLORS.get(n.op, _MOVEMENT_COLOR if n.op in MOVEMENT else "#ffffff")
+    return f"label={_quote(label)}, style=filled, fillcolor={_quote(color)}"
+
+
+def dot_text(order, num, outputs, clusters=None) -> str:
+    """DOT for nodes in `order`; `clusters` maps a cluster title to its node ids
+    (fused kernels drawn as boxes around their nodes)."""
+    out_ids = {id(n) for n in outputs}
+    lines = ["digraph needle {", "  rankdir=TB;", '  node [shape=box, fontname="Helvetica", fontsize=10];']
+    in_cluster = set()
+    for ci, (title, members) in enumerate((clusters or {}).items()):
+        lines.append(f"  subgraph cluster_{ci} {{")
+        lines.append(f"    label={_quote(title)}; style=rounded; color=\"#3d85c6\";")
+        for n in order:
+            if id(n) in members:
+                in_cluster.add(id(n))
+                lines.append(f"    n{num[id(n)]} [{node_attrs(n, _label(n, num))}];")
+        lines.append("  }")
+    for n in order:
+        if id(n) not in in_cluster:
+            extra = ", peripheries=2" if id(n) in out_ids else ""
+            lines.append(f"  n{num[id(n)]} [{node_attrs(n, _label(n, num))}{extra}];")
+    for n in order:
+        for s in n.srcs:
+            lines.append(f"  n{num[id(s)]} -> n{num[id(n)]};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _label(n, num) -> str:
+    arg = n.describe_arg()
+    text = f"%{num[id(n)]} {n.op}" + (f" {arg}" if arg and len(arg) < 40 else "")
+    return text + f"\n{n.type_str()}" + (f"\n({n.origin})" if n.origin else "")
+
+
+def write(dot: str, path: str) -> str:
+    """Write `dot` to `path`: .dot as text, .svg/.png through Graphviz's `dot`."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext in ("", ".dot", ".gv"):
+        with open(path, "w") as f:
+            f.write(dot)
+        return path
+    if ext not in (".svg", ".png", ".pdf"):
+        raise NeedleError(f"visualize: unknown picture format {ext!r}; use .dot, .svg or .png")
+    exe = shutil.which("dot")
+    if exe is None:
+        raise NeedleError("visualize: Graphviz's `dot` is needed for .svg/.png "
+                          "(apt-get install graphviz), or save as .dot")
+    result = subprocess.run([exe, f"-T{ext[1:]}", "-o", path], input=dot.encode(), capture_output=True)
+    if result.returncode != 0:
+        raise NeedleError(f"visualize: dot failed: {result.stderr.decode(errors='replace').strip()}")
+    return path

@@ -1,0 +1,255 @@
+"""LazyArray: an IR node that answers to NDArray's methods.
+
+Ops' `compute()` is written against the NDArray API; called with LazyArrays it
+builds IR instead of computing.  Every method here maps NDArray semantics
+(numpy broadcasting, basic indexing, keepdims, course-style 0/1 comparisons)
+onto the primitives of `needle.ir.build`.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..backend_ndarray.ndarray import NDArray, _infer_reshape, broadcast_shapes, matmul_shapes
+from ..dtypes import dtype_name
+from ..errors import DeviceError, fmt_shape, normalize_axes
+from . import build
+from .nodes import Node
+
+
+def as_lazy(x) -> "LazyArray":
+    """The graph node for `x`: itself if lazy, a buffer node for an NDArray."""
+    if isinstance(x, LazyArray):
+        return x
+    if isinstance(x, NDArray):
+        return build.buffer(x)
+    raise TypeError(f"cannot use {type(x).__name__} in a lazy graph; expected an NDArray")
+
+
+#: scalars baked into kernels; any other Python scalar is a run-time `param`, so that
+#: a learning rate or a bias correction that changes every step reuses the kernel
+_BAKED = (0, 1, -1, 2, 0.5)
+
+
+def _scalar(x) -> bool:
+    return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, bool)
+
+
+class LazyArray(Node):
+    """A pending array.  Shape, dtype and device are known; data is not."""
+
+    __slots__ = ()
+    is_lazy = True
+    __array_priority__ = 1000
+    __hash__ = Node.__hash__
+
+    # ---- elementwise ------------------------------------------------------------------
+    def _operand(self, op: str, other) -> "LazyArray":
+        if isinstance(other, LazyArray):
+            return other
+        if isinstance(other, NDArray):
+            if other.device != self.device:
+                raise DeviceError(f"{op}: operands on different devices ({self.device} and {other.device})")
+            return build.buffer(other)
+        if _scalar(other):
+            make = build.const if other in _BAKED else build.param
+            return make(other, self.shape, self.dtype, self.device)
+        raise TypeError(f"{op}: unsupported operand {type(other).__name__}")
+
+    def _binary(self, op: str, other, reverse: bool = False) -> "LazyArray":
+        if not isinstance(other, (LazyArray, NDArray)) and not _scalar(other):
+            return NotImplemented
+        other = self._operand(op, other)
+        a, b = (other, self) if reverse else (self, other)
+        shape = broadcast_shapes(op, a.shape, b.shape)
+        return build.elementwise(op, a.broadcast_to(shape), b.broadcast_to(shape))
+
+    def _compare(self, op: str, other, reverse: bool = False) -> "LazyArray":
+        out = self._binary(op, other, reverse)
+        return out if out is NotImplemented else build.cast(out, self.dtype)
+
+    def __add__(self, other): return self._binary("add", other)
+    def __radd__(self, other): return self._binary("add", other, True)
+    def __sub__(self, other): return self._binary("sub", other)
+    def __rsub__(self, other): return self._binary("sub", other, True)
+    def __mul__(self, other): return self._binary("mul", other)
+    def __rmul__(self, other): return self._binary("mul", other, True)
+    def __truediv__(self, other): return self._binary("div", other)
+    def __rtruediv__(self, other): return self._binary("div", other, True)
+    def __rpow__(self, other): return self._binary("pow", other, True)
+    def __neg__(self): return build.elementwise("neg", self)
+
+    def __pow__(self, other):
+        if _scalar(other):  # the exponent is part of the program (x**2 -> x*x)
+            return build.elementwise("pow", self, build.const(other, self.shape, self.dtype, self.device))
+        return self._binary("pow", other)
+
+    def __eq__(self, other): return self._compare("eq", other)
+    def __ne__(self, other): return self._compare("ne", other)
+    def __lt__(self, other): return self._compare("lt", other)
+    def __le__(self, other): return self._compare("le", other)
+    def __gt__(self, other): return self._compare("lt", other, True)
+    def __ge__(self, other): return self._compare("le", other, True)
+
+    def maximum(self, other): return self._binary("max", other)
+    def minimum(self, other): return self._binary("min", other)
+    def exp(self): return build.elementwise("exp", self)
+    def log(self): return build.elementwise("log", self)
+    def tanh(self): return build.elementwise("tanh", self)
+    def sqrt(self): return build.elementwise("sqrt", self)
+    def abs(self): return build.elementwise("abs", self)
+
+    def astype(self, dtype) -> "LazyArray":
+        return build.cast(self, dtype_name(dtype))
+
+    def where(self, a, b) -> "LazyArray":
+        """`a` where self is nonzero, else `b`."""
+        a, b = as_lazy(a), as_lazy(b)
+        cond = self if self.dtype == "bool" else build.elementwise(
+            "ne", self, build.const(0, self.shape, self.dtype, self.device))
+        shape = broadcast_shapes("where", cond.shape, a.shape, b.shape)
+        return build.elementwise("where", cond.broadcast_to(shape), a.broadcast_to(shape), b.broadcast_to(shape))
+
+    def zeros(self, shape) -> "LazyArray":
+        return build.const(0, tuple(shape), self.dtype, self.device)
+
+    # ---- reductions -------------------------------------------------------------------
+    def _reduce(self, op: str, axis, keepdims: bool) -> "LazyArray":
+        axes = normalize_axes(op.replace("reduce_", ""), axis, self.ndim, self.shape)
+        out = build.reduce(op, self, axes)
+        if keepdims:
+            return out
+        return build.reshape(out, tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis=None, keepdims=False): return self._reduce("reduce_sum", axis, keepdims)
+    def max(self, axis=None, keepdims=False): return self._reduce("reduce_max", axis, keepdims)
+
+    def __matmul__(self, other) -> "LazyArray":
+        other = as_lazy(other)
+        batch, m, k, n = matmul_shapes(self.shape, other.shape)
+        return build.matmul(self.broadcast_to(batch + (m, k)), other.broadcast_to(batch + (k, n)))
+
+    # ---- movement ---------------------------------------------------------------------
+    def reshape(self, new_shape) -> "LazyArray":
+        return build.reshape(self, _infer_reshape(self.shape, new_shape))
+
+    def permute(self, new_axes) -> "LazyArray":
+        return build.permute(self, new_axes)
+
+    def broadcast_to(self, new_shape) -> "LazyArray":
+        new_shape = tuple(new_shape)
+        lead = len(new_shape) - self.ndim
+        if lead < 0:
+            raise ValueError(f"broadcast_to: cannot broadcast {fmt_shape(self.shape)} to {fmt_shape(new_shape)}")
+        x = build.reshape(self, (1,) * lead + self.shape) if lead else self
+        return build.expand(x, new_shape)
+
+    def flip(self, axes) -> "LazyArray":
+        return build.flip(self, axes)
+
+    def pad(self, axes) -> "LazyArray":
+        return build.pad(self, axes)
+
+    def compact(self) -> "LazyArray":
+        return self  # layout is the compiler's business
+
+    def as_strided(self, shape, strides) -> "LazyArray":
+        return build.as_strided(self, shape, strides)
+
+    def sliding_window(self, kernel, step) -> "LazyArray":
+        """(N, H, W, C) -> (N, Ho, Wo, KH, KW, C) windows for convolution."""
+        return build.window(self, (1, 2), kernel, step)
+
+    def __getitem__(self, idxs) -> "LazyArray":
+        index, drop, new_axes = _basic_index(self.shape, idxs)
+        x = build.flip(self, [i for i, (_, _, st) in enumerate(index) if st < 0])
+        bounds, steps = [], []
+        for n, (start, stop, step) in zip(self.shape, index):
+            length = len(range(start, stop, step))
+            first = start if step > 0 else n - 1 - start
+            bounds.append((first, first + (length - 1) * abs(step) + 1) if length else (0, 0))
+            steps.append(abs(step))
+        x = build.stride(build.shrink(x, bounds), steps)
+        return build.reshape(x, _final_shape(x.shape, drop, new_axes))
+
+    def scatter(self, shape, idxs) -> "LazyArray":
+        """Zeros of `shape` holding self at basic index `idxs` (getitem's adjoint)."""
+        index, drop, new_axes = _basic_index(tuple(shape), idxs)
+        piece_shape = tuple(len(range(*ix)) for ix in index)
+        piece = build.reshape(self, piece_shape)
+        flips, placed = [], []
+        for i, (start, stop, step) in enumerate(index):
+            length = piece_shape[i]
+            if step < 0:
+                flips.append(i)
+                low = start + (length - 1) * step if length else 0
+                placed.append((low, low + (length - 1) * -step + 1 if length else low, -step))
+            else:
+                placed.append((start, start + (length - 1) * step + 1 if length else start, step))
+        return build.assemble(shape, [(build.flip(piece, flips), tuple(placed))], like=self)
+
+    def dilate(self, axes, dilation: int) -> "LazyArray":
+        shape = tuple(s * (dilation + 1) if i in axes else s for i, s in enumerate(self.shape))
+        index = tuple((0, n, dilation + 1) if i in axes else (0, n, 1) for i, n in enumerate(shape))
+        return build.assemble(shape, [(self, index)], like=self)
+
+    def concatenate(self, arrays, axis: int) -> "LazyArray":
+        arrays = [as_lazy(a) for a in arrays]
+        shape = list(arrays[0].shape)
+        shape[axis] = sum(a.shape[axis] for a in arrays)
+        pieces, start = [], 0
+        for a in arrays:
+            index = tuple((start, start + a.shape[axis], 1) if i == axis else (0, n, 1) for i, n in enumerate(shape))
+            pieces.append((a, index))
+            start += a.shape[axis]
+        return build.assemble(tuple(shape), pieces, like=arrays[0])
+
+    # ---- data -------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        from ..runtime import realize_nodes
+        realize_nodes([self])
+        return self.arg.numpy()
+
+    def __repr__(self) -> str:
+        return f"LazyArray({self.op}, {self.type_str()}, device={self.device})"
+
+
+def _basic_index(shape, idxs):
+    """Normalize a basic index: per real axis (start, stop, step) from slice.indices,
+    the axes indexed by an int (to drop), and where None inserts new axes."""
+    if not isinstance(idxs, tuple):
+        idxs = (idxs,)
+    n_real = sum(1 for i in idxs if i is not None and i is not Ellipsis)
+    if n_real > len(shape):
+        raise IndexError(f"getitem: too many indices ({n_real}) for shape {fmt_shape(shape)}")
+    index, drop, new_axes, out_pos = [], [], [], 0
+    expanded = []
+    for i in idxs:
+        expanded.extend([slice(None)] * (len(shape) - n_real) if i is Ellipsis else [i])
+    if not any(i is Ellipsis for i in idxs):
+        expanded.extend([slice(None)] * (len(shape) - n_real))
+    for i in expanded:
+        if i is None:
+            new_axes.append(out_pos)
+            out_pos += 1
+            continue
+        n = shape[len(index)]
+        if isinstance(i, slice):
+            index.append(i.indices(n))
+            out_pos += 1
+        else:
+            k = int(i)
+            if not -n <= k < n:
+                raise IndexError(f"getitem: index {k} is out of bounds for axis {len(index)} with size {n}")
+            k %= n
+            drop.append(len(index))
+            index.append((k, k + 1, 1))
+    return tuple(index), tuple(drop), tuple(new_axes)
+
+
+def _final_shape(shape, drop, new_axes) -> tuple:
+    kept = [s for i, s in enumerate(shape) if i not in drop]
+    for pos in new_axes:
+        kept.insert(pos, 1)
+    return tuple(kept)

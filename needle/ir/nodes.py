@@ -1,0 +1,121 @@
+"""The IR: a handful of primitive node kinds, each with a shape and a dtype.
+
+Families (tinygrad-style: few primitives, every frontend op lowers to them):
+
+- load:        buffer (realized data: an NDArray read through its strides),
+               const (a baked scalar), param (a scalar passed at run time)
+- elementwise: unary (neg exp log tanh sqrt abs), binary (add sub mul div pow
+               max min lt le eq ne), where, cast
+- reduce:      reduce_sum, reduce_max over axes (reduced axes kept as size 1)
+- movement:    reshape permute expand pad shrink flip stride window as_strided
+- matmul:      batched (..., m, k) @ (..., k, n) with equal batch shapes
+- assemble:    zeros of a shape with pieces written into basic-index slices
+               (concatenate, stack, dilate and getitem's adjoint)
+- copy:        materialize a contiguous copy
+
+A node is immutable except for realization: once computed it turns into a
+`buffer` node holding the result and drops its sources, so graphs are freed.
+"""
+from __future__ import annotations
+
+import itertools
+
+UNARY = ("neg", "exp", "log", "tanh", "sqrt", "abs")
+BINARY = ("add", "sub", "mul", "div", "pow", "max", "min", "lt", "le", "eq", "ne")
+COMPARE = ("lt", "le", "eq", "ne")
+ELEMENTWISE = UNARY + BINARY + ("where", "cast")
+REDUCE = ("reduce_sum", "reduce_max")
+MOVEMENT = ("reshape", "permute", "expand", "pad", "shrink", "flip", "stride", "window", "as_strided")
+LOAD = ("buffer", "const", "param")
+OTHER = ("matmul", "assemble", "copy")
+ALL_OPS = LOAD + ELEMENTWISE + REDUCE + MOVEMENT + OTHER
+
+SHORT_DTYPE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "bool"}
+
+_ids = itertools.count()
+
+
+class Node:
+    """One IR node.  `arg` holds the op's static parameter (axes, shape, value,
+    the NDArray of a buffer, ...); `origin` names the frontend op it came from."""
+
+    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "origin", "uid", "__weakref__")
+
+    def __init__(self, op: str, srcs: tuple, arg, shape: tuple, dtype: str, device, origin: str = ""):
+        self.op = op
+        self.srcs = srcs
+        self.arg = arg
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.origin = origin
+        self.uid = next(_ids)
+
+    __hash__ = object.__hash__  # identity (LazyArray overloads == elementwise)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def realized(self):
+        """The NDArray holding this node's value, or None while it is pending."""
+        return self.arg if self.op == "buffer" else None
+
+    def become_buffer(self, array) -> None:
+        """Realization: hold the computed NDArray and forget how it was computed."""
+        self.op, self.srcs, self.arg = "buffer", (), array
+
+    def describe_arg(self) -> str:
+        """The static parameter as short text for dumps."""
+        if self.op == "buffer":
+            a = self.arg
+            return "" if a.is_contiguous() and a.offset == 0 else f"strides={a.strides} offset={a.offset}"
+        if self.op in ("const", "param"):
+            return repr(self.arg)
+        if self.op == "cast":
+            return SHORT_DTYPE[self.arg]
+        if self.op == "assemble":
+            return "[" + ", ".join(_fmt_index(ix) for ix in self.arg) + "]"
+        if self.arg is None:
+            return ""
+        return str(self.arg).replace(" ", "")
+
+    def type_str(self) -> str:
+        return f"{SHORT_DTYPE.get(self.dtype, self.dtype)}[{','.join(map(str, self.shape))}]"
+
+    def __repr__(self) -> str:
+        return f"<{self.op} {self.type_str()} #{self.uid}>"
+
+
+def _fmt_index(index) -> str:
+    return "[" + ",".join(f"{a}:{b}:{c}" for a, b, c in index) + "]"
+
+
+def toposort(outputs) -> list:
+    """Nodes reachable from `outputs`, sources before users (iterative DFS)."""
+    seen, order = set(), []
+    for root in outputs:
+        if id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack = [(root, 0)]
+        while stack:
+            node, i = stack[-1]
+            if i < len(node.srcs):
+                stack[-1] = (node, i + 1)
+                src = node.srcs[i]
+                if id(src) not in seen:
+                    seen.add(id(src))
+                    stack.append((src, 0))
+            else:
+                stack.pop()
+                order.append(node)
+    return order

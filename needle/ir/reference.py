@@ -1,0 +1,79 @@
+"""The reference executor: interprets an IR graph node by node with numpy.
+
+It is deliberately naive — no fusion, no views folded, every node materialized —
+so that it can serve as the oracle for every test of generated code.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend_ndarray import numpy_kernels as K
+from ..dtypes import np_dtype
+from .nodes import BINARY, UNARY, toposort
+
+
+def evaluate(outputs) -> list:
+    """numpy values of `outputs` (a list of nodes), computing shared nodes once."""
+    values = {}
+    for node in toposort(outputs):
+        values[id(node)] = _eval(node, [values[id(s)] for s in node.srcs])
+    return [values[id(n)] for n in outputs]
+
+
+def _eval(node, srcs):
+    op, arg = node.op, node.arg
+    if op == "buffer":
+        return arg.device.numpy_view(arg) if hasattr(arg.device, "numpy_view") else arg.numpy()
+    if op in ("const", "param"):
+        return np.full(node.shape, arg, dtype=np_dtype(node.dtype))
+    if op in UNARY:
+        return K.unary(op, srcs[0])
+    if op in BINARY:
+        return K.binary(op, srcs[0], srcs[1], srcs[0].dtype)
+    if op == "where":
+        return np.where(srcs[0], srcs[1], srcs[2])
+    if op == "cast":
+        return srcs[0].astype(np_dtype(arg))
+    if op in ("reduce_sum", "reduce_max"):
+        return K.reduce(op[7:], srcs[0], arg)
+    if op == "matmul":
+        return K.matmul(srcs[0], srcs[1])
+    if op == "copy":
+        return np.array(srcs[0], copy=True)
+    if op == "assemble":
+        out = np.zeros(node.shape, dtype=np_dtype(node.dtype))
+        for piece, index in zip(srcs, arg):
+            out[tuple(slice(a, b, c) for a, b, c in index)] = piece
+        return out
+    return _movement(op, arg, srcs[0])
+
+
+def _movement(op, arg, x):
+    if op == "reshape":
+        return x.reshape(arg)
+    if op == "permute":
+        return np.transpose(x, arg)
+    if op == "expand":
+        return np.broadcast_to(x, arg)
+    if op == "pad":
+        return np.pad(x, arg)
+    if op == "shrink":
+        return x[tuple(slice(a, b) for a, b in arg)]
+    if op == "flip":
+        return np.flip(x, arg)
+    if op == "stride":
+        return x[tuple(slice(None, None, s) for s in arg)]
+    if op == "window":
+        axes, kernel, step = arg
+        windows = np.lib.stride_tricks.sliding_window_view(x, kernel, axis=axes)
+        windows = windows[tuple(slice(None, None, step) if i in axes else slice(None) for i in range(x.ndim))]
+        # sliding_window_view puts kernel axes last; move them after the windowed axes
+        n_after = x.ndim - 1 - axes[-1]
+        order = list(range(axes[-1] + 1)) + list(range(x.ndim, x.ndim + len(kernel))) + \
+            list(range(axes[-1] + 1, axes[-1] + 1 + n_after))
+        return np.transpose(windows, order)
+    if op == "as_strided":
+        shape, strides, offset = arg
+        flat = np.ascontiguousarray(x).reshape(-1)[offset:]
+        return np.lib.stride_tricks.as_strided(flat, shape, tuple(s * flat.itemsize for s in strides))
+    raise ValueError(f"reference executor: unknown op {op!r}")

@@ -1,0 +1,40 @@
+"""The runtime: executes graphs of pending nodes on their devices.
+
+`realize_nodes` is the single door through which lazy work gets computed; each
+device has an executor (reference numpy interpreter, compiled CPU kernels, CUDA).
+"""
+from __future__ import annotations
+
+import weakref
+
+from .counters import add, reset_stats, stats  # noqa: F401
+
+#: nodes worth computing with the next schedule if they are still alive
+#: (backward() registers the loss, so `loss.backward(); opt.step(); loss.numpy()`
+#: computes the loss with the step instead of running the forward pass again)
+_opportunistic: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def realize_later(node) -> None:
+    if getattr(node, "is_lazy", False) and node.realized is None:
+        _opportunistic.add(node)
+
+
+def realize_nodes(nodes) -> None:
+    """Compute every pending node in `nodes` (one schedule per device)."""
+    wanted, seen = [], set()
+    for n in list(nodes) + list(_opportunistic):
+        if n.realized is None and id(n) not in seen:
+            seen.add(id(n))
+            wanted.append(n)
+    _opportunistic.clear()
+    by_device = {}
+    for n in wanted:
+        by_device.setdefault(n.device, []).append(n)
+    for device, group in by_device.items():
+        executor_for(device).realize(group)
+
+
+def executor_for(device):
+    from . import reference_executor
+    return reference_executor
