@@ -11,7 +11,7 @@ import math
 from ..dtypes import dtype_name, is_float, require_same
 from ..errors import AxisError, DeviceError, DTypeError, ShapeError, fmt_shape, normalize_axes
 from . import lazy
-from .nodes import BINARY, COMPARE, UNARY
+from .nodes import BINARY, COMPARE, UNARY, Scalar
 
 #: name of the frontend op whose compute() is building nodes right now (for dumps)
 ORIGIN = [""]
@@ -37,7 +37,7 @@ def const(value, shape, dtype, device) -> "lazy.LazyArray":
 def param(value, shape, dtype, device) -> "lazy.LazyArray":
     """A scalar passed to the kernels at run time (user scalars: learning rates,
     bias corrections), so that a new value does not mean a new kernel."""
-    return _new("param", (), _scalar(value, dtype), shape, dtype_name(dtype), device)
+    return _new("param", (), Scalar(_scalar(value, dtype)), shape, dtype_name(dtype), device)
 
 
 def _scalar(value, dtype):
@@ -77,7 +77,7 @@ def elementwise(op: str, *srcs) -> "lazy.LazyArray":
             dtype = "bool"
     else:
         raise ValueError(f"unknown elementwise op {op!r}")
-    if all(s.op == "const" for s in srcs) and op != "where":
+    if srcs and all(s.op == "const" for s in srcs) and op != "where":
         return const(_fold(op, [s.arg for s in srcs], dtype), shape, dtype, srcs[0].device)
     return _new(op, srcs, None, shape, dtype, srcs[0].device)
 

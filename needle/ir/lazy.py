@@ -13,7 +13,7 @@ import numpy as np
 
 from ..backend_ndarray.ndarray import NDArray, _infer_reshape, broadcast_shapes, matmul_shapes
 from ..dtypes import dtype_name
-from ..errors import DeviceError, fmt_shape, normalize_axes
+from ..errors import DeviceError, ShapeError, fmt_shape, normalize_axes
 from . import build
 from .nodes import Node
 
@@ -141,7 +141,7 @@ class LazyArray(Node):
         new_shape = tuple(new_shape)
         lead = len(new_shape) - self.ndim
         if lead < 0:
-            raise ValueError(f"broadcast_to: cannot broadcast {fmt_shape(self.shape)} to {fmt_shape(new_shape)}")
+            raise ShapeError(f"broadcast_to: cannot broadcast {fmt_shape(self.shape)} to {fmt_shape(new_shape)}")
         x = build.reshape(self, (1,) * lead + self.shape) if lead else self
         return build.expand(x, new_shape)
 

@@ -35,6 +35,19 @@ SHORT_DTYPE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64
 _ids = itertools.count()
 
 
+class Scalar:
+    """The value of a `param` node, shared (by identity) with every node derived
+    from it, so the runtime finds one slot per user scalar."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 class Node:
     """One IR node.  `arg` holds the op's static parameter (axes, shape, value,
     the NDArray of a buffer, ...); `origin` names the frontend op it came from."""

@@ -25,7 +25,7 @@ def _eval(node, srcs):
     if op == "buffer":
         return arg.device.numpy_view(arg) if hasattr(arg.device, "numpy_view") else arg.numpy()
     if op in ("const", "param"):
-        return np.full(node.shape, arg, dtype=np_dtype(node.dtype))
+        return np.full(node.shape, arg.value if op == "param" else arg, dtype=np_dtype(node.dtype))
     if op in UNARY:
         return K.unary(op, srcs[0])
     if op in BINARY:
@@ -40,6 +40,8 @@ def _eval(node, srcs):
         return K.matmul(srcs[0], srcs[1])
     if op == "copy":
         return np.array(srcs[0], copy=True)
+    if op == "view":
+        return _read_view(node.srcs[0], srcs[0], arg)
     if op == "assemble":
         out = np.zeros(node.shape, dtype=np_dtype(node.dtype))
         for piece, index in zip(srcs, arg):
@@ -77,3 +79,24 @@ def _movement(op, arg, x):
         flat = np.ascontiguousarray(x).reshape(-1)[offset:]
         return np.lib.stride_tricks.as_strided(flat, shape, tuple(s * flat.itemsize for s in strides))
     raise ValueError(f"reference executor: unknown op {op!r}")
+
+
+def _read_view(base, base_value, view):
+    """Read `base` through a compiler View (see needle.compiler.views): element
+    offset + sum(strides * i) of the base's layout, zero where the mask fails."""
+    if base.op == "buffer":
+        array = base.arg
+        flat, start = array._handle, array.offset
+    else:
+        flat, start = np.ascontiguousarray(base_value).reshape(-1), 0
+    grid = np.indices(view.shape, dtype=np.int64) if view.shape else np.zeros((0,), dtype=np.int64)
+    index = np.full(view.shape, start + view.offset, dtype=np.int64)
+    valid = np.full(view.shape, not view.empty)
+    for j, stride in enumerate(view.strides):
+        index = index + stride * grid[j]
+    for coeffs, lo, hi in view.mask:
+        value = sum(c * grid[j] for j, c in enumerate(coeffs)) if any(coeffs) else np.zeros(view.shape, np.int64)
+        valid &= (lo <= value) & (value < hi)
+    if flat.size == 0:
+        return np.zeros(view.shape, dtype=flat.dtype)
+    return np.where(valid, flat[np.where(valid, index, start)], np.zeros((), dtype=flat.dtype))

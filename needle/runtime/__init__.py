@@ -15,9 +15,14 @@ from .counters import add, reset_stats, stats  # noqa: F401
 _opportunistic: "weakref.WeakSet" = weakref.WeakSet()
 
 
-def realize_later(node) -> None:
-    if getattr(node, "is_lazy", False) and node.realized is None:
-        _opportunistic.add(node)
+def realize_later(value) -> None:
+    """Compute `value` (a Tensor or a lazy node) with the next schedule, if it is
+    still alive then.  For state that no output depends on but that must not pile
+    up pending work (BatchNorm running statistics, the loss after backward)."""
+    data = getattr(value, "_cached_data", value)
+    for node in (data if isinstance(data, tuple) else (data,)):
+        if getattr(node, "is_lazy", False) and node.realized is None:
+            _opportunistic.add(node)
 
 
 def realize_nodes(nodes) -> None:

@@ -1,0 +1,206 @@
+"""Pass 1 — view folding: every chain of movement ops becomes one `view` node.
+
+Input: the IR graph (outputs).  Output: a new graph with no movement ops, where
+every read of a *base* (a buffer, const, param, or a node that will be stored:
+reduce, matmul, assemble, copy) goes through one `view` node whose arg is a
+`View` (shape, strides, offset, mask) over the base's layout — the NDArray's own
+strides for buffers, row-major for stored results.
+
+Movement commutes with elementwise ops, so chains are pushed *through*
+elementwise nodes down to the bases: reshape(exp(x)) = exp(reshape(x)).  Padding
+does not commute (exp(0) = 1), so a chain that pads wraps the pushed expression in
+`where(valid, ..., 0)`.  Pushing duplicates an elementwise node seen through two
+different views; that is only done when the node is cheap or used once, else it
+stays a base and is stored.  A reshape that strides cannot express stores the
+partial view first (a `copy`), and reads the copy.
+
+Guarantees: the result computes the same values as the input graph; it has no
+movement nodes; every `view` node reads a base; `materialized` names each node
+the pass decided to store, with the reason.
+"""
+from __future__ import annotations
+
+from ..ir.nodes import ELEMENTWISE, MOVEMENT, Node
+from .views import View
+
+#: an elementwise subtree with at most this many ops and no transcendental op is
+#: recomputed by every reader instead of being stored
+CHEAP_OPS = 4
+EXPENSIVE = ("exp", "log", "tanh", "pow", "sqrt")
+
+
+class FoldedGraph:
+    """The result of view folding: new output nodes, and why nodes are stored."""
+
+    def __init__(self, outputs, reasons):
+        self.outputs = outputs
+        self.reasons = reasons  # {id(node): reason} for nodes the pass chose to store
+
+
+def fold_views(outputs) -> FoldedGraph:
+    return _Folder(outputs).run()
+
+
+def consumer_counts(outputs) -> dict:
+    from ..ir.nodes import toposort
+    counts = {}
+    for node in toposort(outputs):
+        for s in node.srcs:
+            counts[id(s)] = counts.get(id(s), 0) + 1
+    return counts
+
+
+def subtree_cost(node, limit: int = 64) -> int:
+    """Elementwise ops reachable from `node` without crossing a base (capped)."""
+    cost, stack, seen = 0, [node], set()
+    while stack and cost <= limit:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op in ELEMENTWISE:
+            cost += 8 if n.op in EXPENSIVE else 1
+            stack.extend(n.srcs)
+        elif n.op in MOVEMENT:
+            stack.extend(n.srcs)
+    return cost
+
+
+class _Folder:
+    def __init__(self, outputs):
+        self.outputs = outputs
+        self.consumers = consumer_counts(outputs)
+        self.memo = {}
+        self.reasons = {}
+
+    def run(self) -> FoldedGraph:
+        new_outputs = [self.fold(n, ()) for n in self.outputs]
+        return FoldedGraph(new_outputs, self.reasons)
+
+    # chain: movement ops (op, arg) to apply to `node`, first element applied first
+    def fold(self, node, chain):
+        key = (id(node), chain)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        stack = [(node, chain)]
+        # iterative post-order so that deep graphs do not recurse
+        while stack:
+            n, ch = stack[-1]
+            deps = self._deps(n, ch)
+            missing = [d for d in deps if (id(d[0]), d[1]) not in self.memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            if (id(n), ch) not in self.memo:
+                self.memo[(id(n), ch)] = self._build(n, ch)
+        return self.memo[key]
+
+    def _deps(self, n, ch):
+        if n.op in MOVEMENT:
+            return [(n.srcs[0], ((n.op, n.arg),) + ch)]
+        if n.op in ELEMENTWISE and self._pushable(n, ch):
+            k = first_inexpressible(n.shape, ch)
+            if k is not None:  # push the expressible part, store, read the copy
+                return [(n, ch[:k])]
+            return [(s, ch) for s in n.srcs]
+        return [(s, ()) for s in n.srcs]
+
+    def _pushable(self, n, ch) -> bool:
+        if not ch:
+            return True
+        return self.consumers.get(id(n), 0) <= 1 or subtree_cost(n) <= CHEAP_OPS
+
+    def _build(self, n, ch):
+        memo = self.memo
+        if n.op in MOVEMENT:
+            return memo[(id(n.srcs[0]), ((n.op, n.arg),) + ch)]
+        if n.op in ELEMENTWISE and self._pushable(n, ch):
+            k = first_inexpressible(n.shape, ch)
+            if k is not None:
+                partial = memo[(id(n), ch[:k])]
+                return self._apply(self._copy(partial, f"{ch[k][0]} {ch[k][1]} cannot be expressed "
+                                                      f"as a view of {partial.shape}"), ch[k:])
+            srcs = tuple(memo[(id(s), ch)] for s in n.srcs)
+            shape = srcs[0].shape if srcs else n.shape
+            out = Node(n.op, srcs, n.arg, shape, n.dtype, n.device, n.origin)
+            if any(op == "pad" for op, _ in ch):  # zero where the chain padded
+                valid = self._apply(Node("const", (), True, n.shape, "bool", n.device, n.origin), ch)
+                zero = Node("const", (), 0, shape, n.dtype, n.device, n.origin)
+                out = Node("where", (valid, out, zero), None, shape, n.dtype, n.device, n.origin)
+            return out
+        # a base: rebuild it over folded sources, then read it through the chain
+        srcs = tuple(memo[(id(s), ())] for s in n.srcs)
+        base = Node(n.op, srcs, n.arg, n.shape, n.dtype, n.device, n.origin)
+        if n.op in ELEMENTWISE:
+            self.reasons[id(base)] = ("read through several different views and too costly to "
+                                      f"recompute (cost {subtree_cost(n)})")
+        return self._apply(base, ch)
+
+    def _apply(self, base, chain):
+        """`base` read through the movement chain: a view node (or the base itself
+        for an unmasked scalar)."""
+        view = base_view(base)
+        for k, (op, arg) in enumerate(chain):
+            moved = move(view, op, arg)
+            if moved is None:  # not expressible: store what we have, continue on the copy
+                copy = self._copy(self._view_node(base, view), f"{op} {arg} cannot be expressed as a view of {view}")
+                return self._apply(copy, chain[k:])
+            view = moved
+        if base.op in ("const", "param") and not view.mask and not view.empty:
+            return Node(base.op, (), base.arg, view.shape, base.dtype, base.device, base.origin)
+        return self._view_node(base, view)
+
+    def _copy(self, node, reason):
+        copy = Node("copy", (node,), None, node.shape, node.dtype, node.device, node.origin)
+        self.reasons[id(copy)] = reason
+        return copy
+
+    @staticmethod
+    def _view_node(base, view):
+        return Node("view", (base,), view, view.shape, base.dtype, base.device, base.origin)
+
+
+def first_inexpressible(shape, chain):
+    """Index of the first op of `chain` that a row-major view of `shape` cannot
+    take (a reshape across a permutation, say), or None."""
+    view = View.contiguous(shape)
+    for k, (op, arg) in enumerate(chain):
+        view = move(view, op, arg)
+        if view is None:
+            return k
+    return None
+
+
+def base_view(base) -> View:
+    """How a base is laid out: buffers by their NDArray strides (the offset is added
+    to the pointer at run time), scalars everywhere, stored results row-major."""
+    if base.op == "buffer":
+        return View.strided(base.arg.shape, base.arg.strides)
+    if base.op in ("const", "param"):
+        return View.strided(base.shape, (0,) * len(base.shape))
+    return View.contiguous(base.shape)
+
+
+def move(view: View, op: str, arg):
+    """Apply one movement op to a view; None when it cannot be expressed."""
+    if op == "reshape":
+        return view.reshape(arg)
+    if op == "permute":
+        return view.permute(arg)
+    if op == "expand":
+        return view.expand(arg)
+    if op == "pad":
+        return view.pad(arg)
+    if op == "shrink":
+        return view.shrink(arg)
+    if op == "flip":
+        return view.flip(arg)
+    if op == "stride":
+        return view.stride(arg)
+    if op == "window":
+        return view.window(*arg)
+    if op == "as_strided":
+        return view.as_strided(*arg)
+    raise ValueError(f"view folding: unknown movement op {op!r}")

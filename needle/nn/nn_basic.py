@@ -1,0 +1,265 @@
+"""The basic layers of the course (hw2): Linear, activations, Sequential, losses,
+normalization, Dropout, Residual.
+
+Every forward is written with Tensor ops only, so the same code runs eagerly or
+records a lazy graph; nothing here reads tensor data back into numpy, except
+class labels, which `init.one_hot` turns into a constant, as in the course.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from .. import init, ops
+from ..autograd import Tensor
+from ..errors import ShapeError, fmt_shape
+from .nn_module import Module, Parameter
+
+
+def check_ndim(module: str, x: Tensor, ndim: int, what: str) -> None:
+    """Raise a ShapeError naming the module when `x` is not `ndim`-dimensional."""
+    if len(x.shape) != ndim:
+        raise ShapeError(f"{module}: expects a {ndim}-d input {what}, got shape {fmt_shape(x.shape)}")
+
+
+def check_features(module: str, x: Tensor, features: int) -> None:
+    """Raise a ShapeError naming the module when the last axis of `x` is not `features`."""
+    if not x.shape or x.shape[-1] != features:
+        raise ShapeError(f"{module}: expects {features} features on the last axis, got shape {fmt_shape(x.shape)}")
+
+
+def as_row(t: Tensor, like: Tensor) -> Tensor:
+    """A (dim,) or (1, dim) tensor broadcast along the leading axes of `like`."""
+    shape = (1,) * (len(like.shape) - 1) + (like.shape[-1],)
+    return t.reshape(shape).broadcast_to(like.shape)
+
+
+def compute_with_next_schedule(*tensors: Tensor) -> None:
+    """Lazy mode: state such as running statistics is not part of the loss graph, so
+    nothing would ever realize it, and each step's pending update would keep every
+    earlier one (and its input batch) alive.  Ask the runtime to compute it along with
+    whatever is realized next (no extra schedule; a no-op when eager)."""
+    from ..runtime import realize_later
+    for t in tensors:
+        realize_later(t)
+
+
+class Identity(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
+class Linear(Module):
+    """y = x @ W + b.  W is drawn before b, as in the course, so a seeded numpy RNG
+    reproduces the course's values."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 device=None, dtype: str = "float32") -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = Parameter(init.kaiming_uniform(in_features, out_features, device=device, dtype=dtype,
+                                                     requires_grad=True))
+        self.bias = None
+        if bias:
+            b = init.kaiming_uniform(out_features, 1, device=device, dtype=dtype, requires_grad=True)
+            self.bias = Parameter(b.reshape((1, out_features)))
+
+    def forward(self, X: Tensor) -> Tensor:
+        check_features("Linear", X, self.in_features)
+        y = X @ self.weight
+        if self.bias is not None:
+            y = y + as_row(self.bias, y)
+        return y
+
+
+class Flatten(Module):
+    """(N, d1, d2, ...) -> (N, d1 * d2 * ...)."""
+
+    def forward(self, X: Tensor) -> Tensor:
+        if not X.shape:
+            raise ShapeError("Flatten: expects at least a 1-d input, got a 0-d tensor")
+        return X.reshape((X.shape[0], math.prod(X.shape[1:])))
+
+
+class ReLU(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.relu(x)
+
+
+class Tanh(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.tanh(x)
+
+
+class Sigmoid(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.sigmoid(x)
+
+
+class Softmax(Module):
+    """exp(logsoftmax(x)) along `dim`: stable for any logits."""
+
+    def __init__(self, dim: int = -1) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.exp(ops.logsoftmax(x, self.dim))
+
+
+class Sequential(Module):
+    def __init__(self, *modules: Module) -> None:
+        super().__init__()
+        self.modules = modules
+
+    def forward(self, x: Tensor) -> Tensor:
+        for module in self.modules:
+            x = module(x)
+        return x
+
+
+class Residual(Module):
+    """fn(x) + x."""
+
+    def __init__(self, fn: Module) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x) + x
+
+
+# ---- losses -------------------------------------------------------------------------------
+class SoftmaxLoss(Module):
+    """Mean over the batch of logsumexp(z) - z[y]: softmax cross-entropy on logits
+    (N, k) and integer labels y (N,).  logsumexp keeps it finite for logits of 1e10."""
+
+    def forward(self, logits: Tensor, y: Any) -> Tensor:
+        name = type(self).__name__
+        check_ndim(name, logits, 2, "of logits (batch, classes)")
+        n, k = logits.shape
+        y_shape = tuple(y.shape) if hasattr(y, "shape") else (len(y),)
+        if y_shape != (n,):
+            raise ShapeError(f"{name}: labels have shape {fmt_shape(y_shape)} but the logits "
+                             f"{fmt_shape(logits.shape)} need ({n},)")
+        y_one_hot = init.one_hot(k, y, device=logits.device, dtype=logits.dtype)
+        picked = (logits * y_one_hot).sum((1,))
+        return (ops.logsumexp(logits, (1,)) - picked).sum() / n
+
+
+class CrossEntropyLoss(SoftmaxLoss):
+    """PyTorch's name for SoftmaxLoss (mean reduction, integer class labels)."""
+
+
+class MSELoss(Module):
+    """Mean of (prediction - target)^2 over all elements."""
+
+    def forward(self, pred: Tensor, target: Tensor) -> Tensor:
+        if tuple(pred.shape) != tuple(target.shape):
+            raise ShapeError(f"MSELoss: prediction {fmt_shape(pred.shape)} and target "
+                             f"{fmt_shape(target.shape)} differ in shape")
+        diff = pred - target
+        return (diff * diff).sum() / max(math.prod(pred.shape), 1)
+
+
+# ---- normalization ------------------------------------------------------------------------
+class BatchNorm1d(Module):
+    """Normalize each feature over the batch: y = w * (x - mean) / sqrt(var + eps) + b.
+
+    Training uses the batch mean and biased variance and folds them into the running
+    statistics `(1 - momentum) * running + momentum * observed` (course semantics: the
+    biased variance there too); eval uses the running statistics.  The running
+    statistics are buffers, updated from detached tensors so they never join the graph.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1,
+                 device=None, dtype: str = "float32") -> None:
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.momentum = momentum
+        self.weight = Parameter(init.ones(dim, device=device, dtype=dtype, requires_grad=True))
+        self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype, requires_grad=True))
+        self.register_buffer("running_mean", init.zeros(dim, device=device, dtype=dtype))
+        self.register_buffer("running_var", init.ones(dim, device=device, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        name = type(self).__name__
+        check_ndim(name, x, 2, "(batch, features)")
+        check_features(name, x, self.dim)
+        if self.training:
+            batch = x.shape[0]
+            mean = x.sum((0,)) / batch
+            centered = x - as_row(mean, x)
+            var = (centered * centered).sum((0,)) / batch
+            m = self.momentum
+            self.running_mean = self.running_mean * (1 - m) + mean.detach() * m
+            self.running_var = self.running_var * (1 - m) + var.detach() * m
+            compute_with_next_schedule(self.running_mean, self.running_var)
+        else:
+            centered = x - as_row(self.running_mean, x)
+            var = self.running_var
+        normed = centered / as_row((var + self.eps) ** 0.5, x)
+        return as_row(self.weight, x) * normed + as_row(self.bias, x)
+
+
+class BatchNorm2d(BatchNorm1d):
+    """BatchNorm over the channels of NCHW input: statistics over (N, H, W) per channel.
+    As in the course, channels are moved last and the rest flattened into the batch."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_ndim("BatchNorm2d", x, 4, "(N, C, H, W)")
+        n, c, h, w = x.shape
+        if c != self.dim:
+            raise ShapeError(f"BatchNorm2d: expects {self.dim} channels on axis 1, got shape {fmt_shape(x.shape)}")
+        nhwc = x.transpose((1, 2)).transpose((2, 3))
+        y = super().forward(nhwc.reshape((n * h * w, c))).reshape((n, h, w, c))
+        return y.transpose((2, 3)).transpose((1, 2))
+
+
+class LayerNorm1d(Module):
+    """Normalize over the last axis of each sample: w * (x - mean) / sqrt(var + eps) + b
+    with the biased variance; any number of leading axes."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, device=None, dtype: str = "float32") -> None:
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = Parameter(init.ones(dim, device=device, dtype=dtype, requires_grad=True))
+        self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype, requires_grad=True))
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_features("LayerNorm1d", x, self.dim)
+        last = len(x.shape) - 1
+        kept = tuple(x.shape[:-1]) + (1,)
+        mean = (x.sum((last,)) / self.dim).reshape(kept).broadcast_to(x.shape)
+        centered = x - mean
+        var = ((centered * centered).sum((last,)) / self.dim).reshape(kept).broadcast_to(x.shape)
+        normed = centered / (var + self.eps) ** 0.5
+        return as_row(self.weight, x) * normed + as_row(self.bias, x)
+
+
+class Dropout(Module):
+    """Zero each element with probability p while training and scale the survivors by
+    1 / (1 - p), so expectations match eval mode, where this is the identity."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0 <= p <= 1:
+            raise ValueError(f"Dropout: p must lie in [0, 1], got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training:
+            return x
+        # drawn even for p == 0, so the RNG stream matches the course's
+        mask = init.randb(*x.shape, p=1 - self.p, dtype=x.dtype, device=x.device)
+        if self.p == 1:
+            return x * mask  # every element dropped (no division by zero)
+        return x * mask / (1 - self.p)
+
+
+def optional_bias(bias: Optional[Tensor], out: Tensor) -> Tensor:
+    """out + bias broadcast along the last axis, or out when there is no bias."""
+    return out if bias is None else out + as_row(bias, out)
