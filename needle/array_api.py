@@ -14,7 +14,8 @@ from .errors import AxisError, ShapeError, fmt_shape, normalize_axes
 
 
 def _np(a) -> bool:
-    return isinstance(a, np.ndarray)
+    # numpy turns 0-d results into scalars (np.float32, ...): those are numpy data too
+    return isinstance(a, (np.ndarray, np.generic))
 
 
 def exp(a): return np.exp(a) if _np(a) else a.exp()

@@ -16,7 +16,7 @@ import numpy
 from . import config
 from .backend_selection import BACKEND, Device, NDArray, array_api, cpu
 from .dtypes import dtype_name
-from .errors import DeviceError, DTypeError, fmt_shape
+from .errors import DeviceError, DTypeError, ShapeError, fmt_shape
 
 #: lazy mode: ops record IR and compute nothing until data is needed (SPEC "Lazy mode").
 LAZY_MODE = config.LAZY and BACKEND == "nd"
@@ -170,10 +170,10 @@ def _realize(nodes) -> None:
 
 
 def _check_devices(op: Op, inputs) -> None:
-    devices = {x.device for x in inputs if isinstance(x, Tensor)}
-    if len(devices) > 1:
-        raise DeviceError(f"{op.name}: inputs live on different devices ({', '.join(map(str, devices))}); "
-                          "move them with .to(device)")
+    tensors = [x for x in inputs if isinstance(x, Tensor)]
+    if len({x.device for x in tensors}) > 1:
+        where = ", ".join(f"{fmt_shape(x.shape)} on {x.device}" for x in tensors)
+        raise DeviceError(f"{op.name}: inputs live on different devices ({where}); move them with .to(device)")
 
 
 class TensorTuple(Value):
@@ -305,7 +305,7 @@ class Tensor(Value):
     def numpy(self) -> numpy.ndarray:
         data = self.realize_cached_data()
         if BACKEND == "np":
-            return data
+            return numpy.asarray(data)
         return data.numpy()
 
     def __array__(self, dtype=None, copy=None):
@@ -482,7 +482,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     """Reverse-mode autodiff: store the gradient of `output_tensor` with respect to
     every node it depends on (that requires grad) in `node.grad`."""
     if output_tensor.shape != out_grad.shape:
-        raise ValueError(f"backward: out_grad shape {fmt_shape(out_grad.shape)} differs from "
+        raise ShapeError(f"backward: out_grad shape {fmt_shape(out_grad.shape)} differs from "
                          f"the tensor's {fmt_shape(output_tensor.shape)}")
     if LAZY_MODE and is_pending(output_tensor._cached_data):
         from .runtime import realize_later

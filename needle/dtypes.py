@@ -1,7 +1,7 @@
 """The dtypes needle supports, by name, and the rules that combine them."""
 import numpy as np
 
-from .errors import DTypeError
+from .errors import DTypeError, fmt_shape
 
 #: name -> numpy dtype.  bool is produced by comparisons; the rest can be stored.
 DTYPES = {
@@ -48,9 +48,28 @@ def require_float(op: str, dtype) -> None:
         raise DTypeError(f"{op}: expects a floating dtype (float32/float64), got {dtype}")
 
 
-def require_same(op: str, *dtypes) -> str:
+def require_same(op: str, *dtypes, shapes=None) -> str:
+    """The common dtype of an op's operands; `shapes` (one per operand) go into the error."""
     first = dtypes[0]
     for d in dtypes[1:]:
         if d != first:
+            if shapes is not None:
+                operands = ", ".join(f"{fmt_shape(shape)} {dtype}" for shape, dtype in zip(shapes, dtypes))
+                raise DTypeError(f"{op}: dtypes differ: {operands}; cast one operand first")
             raise DTypeError(f"{op}: dtypes differ ({', '.join(dtypes)}); cast one operand first")
     return first
+
+
+#: elementwise ops defined only for floating dtypes, and the ops bool supports
+FLOAT_ONLY = ("exp", "log", "tanh", "sqrt", "pow", "div")
+BOOL_OPS = ("eq", "ne", "lt", "le", "max", "min")
+
+
+def check_elementwise(op: str, dtype: str, shapes=None) -> None:
+    """The one dtype rule for elementwise ops, shared by eager arrays and the IR so
+    that both modes accept and reject the same programs."""
+    where = "" if shapes is None else " (operands " + ", ".join(fmt_shape(s) for s in shapes) + ")"
+    if op in FLOAT_ONLY and not is_float(dtype):
+        raise DTypeError(f"{op}: expects floating dtypes, got {dtype}{where}; cast first")
+    if dtype == "bool" and op not in BOOL_OPS:
+        raise DTypeError(f"{op}: not defined for bool{where}; cast first")

@@ -12,7 +12,7 @@ import numbers
 
 import numpy as np
 
-from ..dtypes import dtype_name, np_dtype, require_float, require_same
+from ..dtypes import check_elementwise, dtype_name, np_dtype, require_same
 from ..errors import AxisError, DeviceError, ShapeError, fmt_shape, normalize_axes
 
 
@@ -70,6 +70,10 @@ def reshape_strides(shape, strides, new_shape):
         for k in range(nj - 1, ni, -1):
             new_strides[k - 1] = new_strides[k] * new_shape[k]
         ni, nj, oi, oj = nj, nj + 1, oj, oj + 1
+    # trailing size-1 dims take the last stride, as numpy does (so compact stays compact)
+    last_stride = new_strides[ni - 1] if ni >= 1 else 1
+    for k in range(ni, len(new_shape)):
+        new_strides[k] = last_stride
     return tuple(new_strides)
 
 
@@ -178,9 +182,10 @@ class NDArray:
         return self._view(new_shape, strides, self._offset)
 
     def permute(self, new_axes) -> "NDArray":
-        new_axes = tuple(int(a) % max(self.ndim, 1) for a in new_axes)
-        if sorted(new_axes) != list(range(self.ndim)):
-            raise AxisError(f"permute: axes {tuple(new_axes)} are not a permutation for shape {fmt_shape(self.shape)}")
+        given, n = tuple(int(a) for a in new_axes), self.ndim
+        new_axes = tuple(a % n for a in given if -n <= a < n)
+        if len(new_axes) != len(given) or sorted(new_axes) != list(range(n)):
+            raise AxisError(f"permute: axes {given} are not a permutation for shape {fmt_shape(self.shape)}")
         return self._view(tuple(self._shape[a] for a in new_axes),
                           tuple(self._strides[a] for a in new_axes), self._offset)
 
@@ -305,15 +310,22 @@ class NDArray:
     # ---- arithmetic -----------------------------------------------------------------
     def _binary(self, op: str, other, reverse: bool = False) -> "NDArray":
         if isinstance(other, NDArray):
-            if other.device != self.device:
-                raise DeviceError(f"{op}: operands on different devices ({self.device} and {other.device})")
-            require_same(op, self.dtype, other.dtype)
+            self._check_operand(op, other)
+            check_elementwise(op, self.dtype, (self.shape, other.shape))
             a, b = (other, self) if reverse else (self, other)
             shape = broadcast_shapes(op, a.shape, b.shape)
             return self._device.binary(op, a.broadcast_to(shape), b.broadcast_to(shape))
         if not isinstance(other, (numbers.Number, np.generic)):
             return NotImplemented
+        check_elementwise(op, self.dtype, (self.shape,))
         return self._device.binary_scalar(op, self, other, reverse)
+
+    def _check_operand(self, op: str, other: "NDArray") -> None:
+        """Same device and dtype, or an error that names the op and both operands."""
+        if other.device != self.device:
+            raise DeviceError(f"{op}: operands on different devices: {fmt_shape(self.shape)} on {self.device} "
+                              f"and {fmt_shape(other.shape)} on {other.device}")
+        require_same(op, self.dtype, other.dtype, shapes=(self.shape, other.shape))
 
     def _compare(self, op: str, other, reverse: bool = False) -> "NDArray":
         result = self._binary(op, other, reverse)
@@ -329,7 +341,7 @@ class NDArray:
     def __rtruediv__(self, other): return self._binary("div", other, True)
     def __pow__(self, other): return self._binary("pow", other)
     def __rpow__(self, other): return self._binary("pow", other, True)
-    def __neg__(self): return self._device.unary("neg", self)
+    def __neg__(self): return self._float_unary("neg")
 
     # comparisons return 1/0 in the array's own dtype, as in the course framework
     def __eq__(self, other): return self._compare("eq", other)
@@ -343,20 +355,20 @@ class NDArray:
     def where(self, a: "NDArray", b: "NDArray") -> "NDArray":
         """`a` where self is nonzero, else `b` (all broadcast to one shape)."""
         shape = broadcast_shapes("where", self.shape, a.shape, b.shape)
-        require_same("where", a.dtype, b.dtype)
+        require_same("where", a.dtype, b.dtype, shapes=(a.shape, b.shape))
         return self._device.where(self.broadcast_to(shape), a.broadcast_to(shape), b.broadcast_to(shape))
 
     def maximum(self, other): return self._binary("max", other)
     def minimum(self, other): return self._binary("min", other)
     def _float_unary(self, op: str) -> "NDArray":
-        require_float(op, self.dtype)
+        check_elementwise(op, self.dtype, (self.shape,))
         return self._device.unary(op, self)
 
     def exp(self): return self._float_unary("exp")
     def log(self): return self._float_unary("log")
     def tanh(self): return self._float_unary("tanh")
     def sqrt(self): return self._float_unary("sqrt")
-    def abs(self): return self._device.unary("abs", self)
+    def abs(self): return self._float_unary("abs")
 
     def _reduce(self, op: str, axis, keepdims: bool) -> "NDArray":
         axes = normalize_axes(op, axis, self.ndim, self.shape)
@@ -371,9 +383,7 @@ class NDArray:
     def __matmul__(self, other: "NDArray") -> "NDArray":
         if not isinstance(other, NDArray):
             return NotImplemented
-        if other.device != self.device:
-            raise DeviceError(f"matmul: operands on different devices ({self.device} and {other.device})")
-        require_same("matmul", self.dtype, other.dtype)
+        self._check_operand("matmul", other)
         batch, m, k, n = matmul_shapes(self.shape, other.shape)
         a = self.broadcast_to(batch + (m, k))
         b = other.broadcast_to(batch + (k, n))
@@ -406,7 +416,7 @@ def _infer_reshape(shape, new_shape) -> tuple:
     new_shape = [int(s) for s in new_shape]
     size = prod(shape)
     if new_shape.count(-1) > 1:
-        raise ShapeError(f"reshape: only one -1 allowed in {tuple(new_shape)}")
+        raise ShapeError(f"reshape: cannot reshape {fmt_shape(shape)} into {tuple(new_shape)}: only one -1 allowed")
     if -1 in new_shape:
         rest = prod(s for s in new_shape if s != -1)
         if rest == 0 or size % rest:

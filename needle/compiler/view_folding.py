@@ -25,7 +25,7 @@ from .views import View
 
 #: an elementwise subtree with at most this many ops and no transcendental op is
 #: recomputed by every reader instead of being stored
-CHEAP_OPS = 4
+CHEAP_OPS = 8
 EXPENSIVE = ("exp", "log", "tanh", "pow", "sqrt")
 
 
@@ -59,7 +59,7 @@ def subtree_cost(node, limit: int = 64) -> int:
             continue
         seen.add(id(n))
         if n.op in ELEMENTWISE:
-            cost += 8 if n.op in EXPENSIVE else 1
+            cost += 4 if n.op in EXPENSIVE else 1
             stack.extend(n.srcs)
         elif n.op in MOVEMENT:
             stack.extend(n.srcs)
@@ -71,10 +71,18 @@ class _Folder:
         self.outputs = outputs
         self.consumers = consumer_counts(outputs)
         self.memo = {}
+        self.bases = {}
         self.reasons = {}
 
     def run(self) -> FoldedGraph:
-        new_outputs = [self.fold(n, ()) for n in self.outputs]
+        new_outputs = []
+        for n in self.outputs:
+            out = self.fold(n, ())
+            base = out.srcs[0] if out.op == "view" else None
+            if base is not None and base.op not in ("buffer", "const", "param") and \
+                    out.arg == View.contiguous(base.shape) and base.shape == out.shape:
+                out = base  # a stored result read as is: store it as the output directly
+            new_outputs.append(out)
         return FoldedGraph(new_outputs, self.reasons)
 
     # chain: movement ops (op, arg) to apply to `node`, first element applied first
@@ -130,13 +138,18 @@ class _Folder:
                 zero = Node("const", (), 0, shape, n.dtype, n.device, n.origin)
                 out = Node("where", (valid, out, zero), None, shape, n.dtype, n.device, n.origin)
             return out
-        # a base: rebuild it over folded sources, then read it through the chain
-        srcs = tuple(memo[(id(s), ())] for s in n.srcs)
-        base = Node(n.op, srcs, n.arg, n.shape, n.dtype, n.device, n.origin)
-        if n.op in ELEMENTWISE:
-            self.reasons[id(base)] = ("read through several different views and too costly to "
-                                      f"recompute (cost {subtree_cost(n)})")
-        return self._apply(base, ch)
+        return self._apply(self._base(n), ch)
+
+    def _base(self, n):
+        """`n` rebuilt over folded sources, once (its sources are already folded)."""
+        base = self.bases.get(id(n))
+        if base is None:
+            srcs = tuple(self.memo[(id(s), ())] for s in n.srcs)
+            base = self.bases[id(n)] = Node(n.op, srcs, n.arg, n.shape, n.dtype, n.device, n.origin)
+            if n.op in ELEMENTWISE:
+                self.reasons[id(base)] = ("read through several different views and too costly to "
+                                          f"recompute (cost {subtree_cost(n)})")
+        return base
 
     def _apply(self, base, chain):
         """`base` read through the movement chain: a view node (or the base itself

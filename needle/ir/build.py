@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import math
 
-from ..dtypes import dtype_name, is_float, require_same
+from ..dtypes import check_elementwise, dtype_name, is_float, require_same
 from ..errors import AxisError, DeviceError, DTypeError, ShapeError, fmt_shape, normalize_axes
 from . import lazy
 from .nodes import BINARY, COMPARE, UNARY, Scalar
 
 #: name of the frontend op whose compute() is building nodes right now (for dumps)
 ORIGIN = [""]
-
-FLOAT_ONLY = ("exp", "log", "tanh", "sqrt", "pow", "div")
 
 
 def _new(op, srcs, arg, shape, dtype, device):
@@ -60,19 +58,11 @@ def elementwise(op: str, *srcs) -> "lazy.LazyArray":
         cond, a, b = srcs
         if cond.dtype != "bool":
             raise DTypeError(f"where: condition must be bool, got {cond.dtype}")
-        dtype = require_same("where", a.dtype, b.dtype)
-    elif op in UNARY:
-        dtype = srcs[0].dtype
-        if op in FLOAT_ONLY and not is_float(dtype):
-            raise DTypeError(f"{op}: expects a floating dtype, got {dtype}")
-        if dtype == "bool":
-            raise DTypeError(f"{op}: not defined for bool")
-    elif op in BINARY:
-        dtype = require_same(op, srcs[0].dtype, srcs[1].dtype)
-        if op in FLOAT_ONLY and not is_float(dtype):
-            raise DTypeError(f"{op}: expects floating dtypes, got {dtype}")
-        if dtype == "bool" and op not in ("eq", "ne", "max", "min"):
-            raise DTypeError(f"{op}: not defined for bool; cast first")
+        dtype = require_same("where", a.dtype, b.dtype, shapes=(a.shape, b.shape))
+    elif op in UNARY or op in BINARY:
+        shapes = [s.shape for s in srcs]
+        dtype = require_same(op, *[s.dtype for s in srcs], shapes=shapes)
+        check_elementwise(op, dtype, shapes)
         if op in COMPARE:
             dtype = "bool"
     else:
@@ -232,7 +222,7 @@ def matmul(a, b) -> "lazy.LazyArray":
     """(..., m, k) @ (..., k, n) with identical batch shapes (broadcast first)."""
     if a.ndim < 2 or b.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"matmul: shapes {fmt_shape(a.shape)} and {fmt_shape(b.shape)} do not match")
-    dtype = require_same("matmul", a.dtype, b.dtype)
+    dtype = require_same("matmul", a.dtype, b.dtype, shapes=(a.shape, b.shape))
     if dtype == "bool":
         raise DTypeError("matmul: not defined for bool")
     _same_device("matmul", (a, b))

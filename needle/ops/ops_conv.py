@@ -9,6 +9,7 @@ import numbers
 
 from .. import array_api as A
 from ..autograd import TensorOp
+from ..dtypes import dtype_name, require_same
 from ..errors import ShapeError, fmt_shape
 from .ops_mathematic import permute
 from .ops_movement import dilate, flip, getitem, pad
@@ -40,6 +41,7 @@ class Conv(TensorOp):
 
     def compute(self, Z, W):
         self.check(Z.shape, W.shape)
+        require_same("conv", dtype_name(Z.dtype), dtype_name(W.dtype), shapes=(Z.shape, W.shape))
         p, s = self.padding, self.stride
         if p:
             Z = A.pad(Z, ((0, 0), (p, p), (p, p), (0, 0)))

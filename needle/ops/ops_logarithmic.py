@@ -15,6 +15,19 @@ def _stable_max(z, axes):
     return A.where(finite, m, A.zeros(m.shape, m))
 
 
+class StableMax(TensorOp):
+    """The max over `axes` (kept as size 1), 0 where not finite: a constant shift."""
+
+    def __init__(self, axes: tuple):
+        self.axes = axes
+
+    def compute(self, z):
+        return _stable_max(z, self.axes)
+
+    def gradient(self, out_grad, node):
+        raise NotImplementedError("StableMax is a constant shift; apply it to detached tensors")
+
+
 class LogSumExp(TensorOp):
     """log(sum(exp(z), axes)), stable for inputs of 1e10."""
 
@@ -34,7 +47,11 @@ class LogSumExp(TensorOp):
         z = node.inputs[0]
         axes = normalize_axes("logsumexp", self.axes, len(z.shape), z.shape)
         kept = tuple(1 if i in axes else s for i, s in enumerate(z.shape))
-        softmax = exp(z - broadcast_to(reshape(node, kept), z.shape))
+        # softmax from the shifted inputs, not exp(z - node): in float32, node = 1e10 + log 2
+        # rounds to 1e10 and exp(z - node) would be 1 instead of 1/2.  The shift is a
+        # constant (softmax does not depend on it), so higher-order gradients stay right.
+        shifted = exp(z - broadcast_to(StableMax(axes)(z.detach()), z.shape))
+        softmax = shifted / broadcast_to(summation(shifted, axes, keepdims=True), z.shape)
         return broadcast_to(reshape(out_grad, kept), z.shape) * softmax
 
 

@@ -331,7 +331,8 @@ class Permute(TensorOp):
         self.axes = tuple(axes)
 
     def compute(self, a):
-        if sorted(ax % builtins.max(a.ndim, 1) for ax in self.axes) != list(range(a.ndim)):
+        n = a.ndim
+        if any(not -n <= ax < n for ax in self.axes) or sorted(ax % n for ax in self.axes) != list(range(n)):
             raise AxisError(f"permute: axes {self.axes} are not a permutation for shape {fmt_shape(a.shape)}")
         return A.permute(a, self.axes)
 

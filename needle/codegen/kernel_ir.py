@@ -1,0 +1,276 @@
+"""The kernel IR: loop nests over buffers, shared by the LLVM and CUDA renderers.
+
+Expressions are immutable trees (index arithmetic is int64); statements are
+loops, lets, mutable scalars, local arrays, loads and stores.  Loop kinds tell
+the renderer how to map a loop:
+
+- serial:   a plain loop
+- parallel: split across CPU threads (the kernel gets a [start, stop) slice) or
+            across the CUDA grid
+- unroll:   fully unrolled by the renderer (constant extent)
+- vector:   lanes of one SIMD vector on the CPU (constant extent), each lane the
+            loop variable + lane; a plain loop on CUDA
+- block / thread: CUDA grid and block dimensions (axis in `Loop.axis`)
+
+A kernel reads and writes `Buf` arguments by name and scalar run-time parameters
+by index into a float64 array.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+INDEX = "int64"
+
+
+# ---- expressions -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Const:
+    value: object
+    dtype: str = INDEX
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    dtype: str = INDEX
+
+
+@dataclass(frozen=True)
+class Param:
+    index: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Load:
+    buf: str
+    index: object
+    dtype: str
+    valid: object = None   # bool Expr; when false the load is not performed and reads 0
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str                # neg exp log tanh sqrt abs not
+    x: object
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str                # add sub mul div pow max min lt le eq ne and or | idiv imod (ints)
+    a: object
+    b: object
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Where:
+    cond: object
+    a: object
+    b: object
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Cast:
+    x: object
+    dtype: str
+
+
+COMPARE = ("lt", "le", "eq", "ne")
+
+
+def const(value, dtype=INDEX) -> Const:
+    return Const(value, dtype)
+
+
+def add(a, b):
+    if isinstance(a, Const) and a.value == 0:
+        return b
+    if isinstance(b, Const) and b.value == 0:
+        return a
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value + b.value, a.dtype)
+    return Binary("add", a, b, a.dtype)
+
+
+def mul(a, b):
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value * b.value, a.dtype)
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Const):
+            if x.value == 0 and x.dtype == INDEX:
+                return x
+            if x.value == 1:
+                return y
+    return Binary("mul", a, b, a.dtype)
+
+
+def land(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return Binary("and", a, b, "bool")
+
+
+def affine(terms, offset: int = 0):
+    """sum(coeff * var) + offset as an int64 expression (zero terms dropped)."""
+    expr = None
+    for var, coeff in terms:
+        if coeff == 0:
+            continue
+        term = var if coeff == 1 else Binary("mul", var, Const(coeff, INDEX), INDEX)
+        expr = term if expr is None else Binary("add", expr, term, INDEX)
+    if expr is None:
+        return Const(offset, INDEX)
+    return expr if offset == 0 else Binary("add", expr, Const(offset, INDEX), INDEX)
+
+
+# ---- statements --------------------------------------------------------------------------
+@dataclass
+class Loop:
+    var: str
+    extent: object            # int or Expr
+    body: list
+    kind: str = "serial"      # serial parallel unroll vector block thread
+    start: object = 0
+    step: int = 1
+    axis: int = 0             # CUDA: grid/block dimension
+
+
+@dataclass
+class Let:
+    var: str
+    expr: object
+
+
+@dataclass
+class Declare:
+    var: str
+    dtype: str
+    init: object
+
+
+@dataclass
+class Assign:
+    var: str
+    expr: object
+
+
+@dataclass
+class Store:
+    buf: str
+    index: object
+    value: object
+    valid: object = None
+
+
+@dataclass
+class LocalArray:
+    name: str
+    dtype: str
+    size: int
+    scope: str = "register"   # register | shared
+
+
+@dataclass
+class If:
+    cond: object
+    body: list
+
+
+@dataclass
+class Barrier:
+    pass
+
+
+@dataclass
+class Buf:
+    name: str
+    dtype: str
+    role: str                 # in | out
+
+
+@dataclass
+class Kernel:
+    name: str
+    bufs: list                # [Buf]
+    n_params: int
+    body: list
+    parallel: Optional[Tuple[str, int]] = None   # (var, extent) of the split loop
+    work: int = 0             # elements touched, to decide threading
+    meta: dict = field(default_factory=dict)
+
+    def text(self) -> str:
+        return print_kernel(self)
+
+
+# ---- printing ----------------------------------------------------------------------------
+_BIN_SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "eq": "==",
+            "ne": "!=", "and": "&&", "or": "||", "idiv": "//", "imod": "%"}
+
+
+def expr_str(e) -> str:
+    if isinstance(e, Const):
+        return repr(e.value) if e.dtype != "bool" else str(bool(e.value)).lower()
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Param):
+        return f"p{e.index}"
+    if isinstance(e, Load):
+        text = f"{e.buf}[{expr_str(e.index)}]"
+        return text if e.valid is None else f"({expr_str(e.valid)} ? {text} : 0)"
+    if isinstance(e, Unary):
+        return f"{e.op}({expr_str(e.x)})"
+    if isinstance(e, Binary):
+        if e.op in _BIN_SYM:
+            return f"({expr_str(e.a)} {_BIN_SYM[e.op]} {expr_str(e.b)})"
+        return f"{e.op}({expr_str(e.a)}, {expr_str(e.b)})"
+    if isinstance(e, Where):
+        return f"({expr_str(e.cond)} ? {expr_str(e.a)} : {expr_str(e.b)})"
+    if isinstance(e, Cast):
+        return f"{e.dtype}({expr_str(e.x)})"
+    raise TypeError(f"not an expression: {e!r}")
+
+
+def print_kernel(k: Kernel) -> str:
+    args = ", ".join(f"{b.name}: {b.dtype}* {b.role}" for b in k.bufs)
+    lines = [f"kernel {k.name}({args}{', params: f64[%d]' % k.n_params if k.n_params else ''})"]
+    _print_body(k.body, lines, 1)
+    return "\n".join(lines)
+
+
+def _print_body(body, lines, depth) -> None:
+    pad = "  " * depth
+    for s in body:
+        if isinstance(s, Loop):
+            kind = "" if s.kind == "serial" else s.kind + " "
+            start = "" if s.start == 0 else f"{_s(s.start)}.."
+            step = "" if s.step == 1 else f" step {s.step}"
+            lines.append(f"{pad}{kind}for {s.var} in {start}{_s(s.extent)}{step}:")
+            _print_body(s.body, lines, depth + 1)
+        elif isinstance(s, Let):
+            lines.append(f"{pad}{s.var} = {expr_str(s.expr)}")
+        elif isinstance(s, Declare):
+            lines.append(f"{pad}var {s.var}: {s.dtype} = {expr_str(s.init)}")
+        elif isinstance(s, Assign):
+            lines.append(f"{pad}{s.var} = {expr_str(s.expr)}")
+        elif isinstance(s, Store):
+            guard = f"if {expr_str(s.valid)}: " if s.valid is not None else ""
+            lines.append(f"{pad}{guard}{s.buf}[{expr_str(s.index)}] = {expr_str(s.value)}")
+        elif isinstance(s, LocalArray):
+            lines.append(f"{pad}{s.scope} {s.name}: {s.dtype}[{s.size}]")
+        elif isinstance(s, If):
+            lines.append(f"{pad}if {expr_str(s.cond)}:")
+            _print_body(s.body, lines, depth + 1)
+        elif isinstance(s, Barrier):
+            lines.append(f"{pad}barrier")
+        else:
+            raise TypeError(f"not a statement: {s!r}")
+
+
+def _s(x) -> str:
+    return str(x) if isinstance(x, int) else expr_str(x)

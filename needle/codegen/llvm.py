@@ -1,0 +1,377 @@
+"""Kernel IR -> LLVM IR (llvmlite.ir), one module per kernel.
+
+Each kernel becomes three functions:
+
+- `<sym>_body(ptr noalias b0, ..., ptr params, i64 start, i64 stop, ptr limits,
+  ptr err)`: the loop nest; the outermost parallel loop runs over [start, stop).
+  Buffers are `noalias` so loops vectorize without run-time alias checks (the
+  scheduler never gives a kernel an input that is also its output).
+- `<sym>(ptr bufs, ptr params, i64 start, i64 stop, ptr limits, ptr err)`: the
+  entry point called from Python; loads the buffer pointers, calls the body.
+- `<sym>_omp(ptr data)`: for GOMP_parallel; takes this thread's share of the
+  parallel loop from omp_get_thread_num / omp_get_num_threads.
+
+With bounds checking, every load and store checks its index against
+`limits[2*b], limits[2*b+1]` and, when outside, skips the access and records the
+buffer in `*err` (the runtime raises BoundsError).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from . import kernel_ir as K
+from . import vecmath
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+TYPES = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "uint8": I8, "bool": I1}
+MEMORY_TYPES = dict(TYPES, bool=I8)
+FAST = ("reassoc", "contract", "nsz")
+
+
+def render(kernel: K.Kernel, symbol: str, bounds_check: bool = False) -> ir.Module:
+    module = ir.Module(name=symbol)
+    _Renderer(module, kernel, symbol, bounds_check).emit()
+    return module
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in ("float32", "float64")
+
+
+class _Renderer:
+    def __init__(self, module, kernel: K.Kernel, symbol: str, bounds_check: bool):
+        self.m, self.k, self.sym, self.check = module, kernel, symbol, bounds_check
+        self.scopes = [{}]
+        self.vars = {}      # loop vars and lets: name -> value
+        self.mutable = {}   # declared vars: name -> (alloca, dtype)
+
+    # ---- functions ------------------------------------------------------------------------
+    def emit(self) -> None:
+        nb = len(self.k.bufs)
+        body_ty = ir.FunctionType(VOID, [PTR] * nb + [PTR, I64, I64, PTR, PTR])
+        body = ir.Function(self.m, body_ty, name=self.sym + "_body")
+        body.linkage = "internal"
+        body.attributes.add("alwaysinline")
+        for a in body.args[:nb]:
+            a.add_attribute("noalias")
+        self._emit_body(body)
+        self._emit_entry(body, nb)
+        self._emit_omp()
+
+    def _emit_body(self, fn) -> None:
+        nb = len(self.k.bufs)
+        self.entry = fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.entry)
+        self.bufs = {buf.name: (fn.args[i], buf.dtype, i) for i, buf in enumerate(self.k.bufs)}
+        self.params, self.start, self.stop, self.limits, self.err = fn.args[nb:]
+        start = self.b.function.append_basic_block("start")
+        self.b.branch(start)
+        self.b.position_at_end(start)
+        self._stmts(self.k.body)
+        self.b.ret_void()
+
+    def _emit_entry(self, body, nb) -> None:
+        fn = ir.Function(self.m, ir.FunctionType(VOID, [PTR, PTR, I64, I64, PTR, PTR]), name=self.sym)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        bufs = fn.args[0]
+        ptrs = [b.load(b.gep(bufs, [ir.Constant(I64, i)], source_etype=PTR), typ=PTR) for i in range(nb)]
+        b.call(body, ptrs + list(fn.args[1:]))
+        b.ret_void()
+
+    def _emit_omp(self) -> None:
+        """data = {bufs, params, total, limits, err}: run this thread's slice."""
+        fn = ir.Function(self.m, ir.FunctionType(VOID, [PTR]), name=self.sym + "_omp")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        data = fn.args[0]
+        word = [b.load(b.gep(data, [ir.Constant(I64, i)], source_etype=I64), typ=I64) for i in range(5)]
+        tid = b.sext(b.call(self._extern("omp_get_thread_num", I32, []), []), I64)
+        nth = b.sext(b.call(self._extern("omp_get_num_threads", I32, []), []), I64)
+        total = word[2]
+        chunk = b.sdiv(b.add(total, b.sub(nth, ir.Constant(I64, 1))), nth)
+        lo = b.mul(tid, chunk)
+        hi = b.add(lo, chunk)
+        hi = b.select(b.icmp_signed("<", hi, total), hi, total)
+        run = fn.append_basic_block("run")
+        done = fn.append_basic_block("done")
+        b.cbranch(b.icmp_signed("<", lo, hi), run, done)
+        b.position_at_end(run)
+        entry = self.m.globals[self.sym]
+        b.call(entry, [b.inttoptr(word[0], PTR), b.inttoptr(word[1], PTR), lo, hi,
+                       b.inttoptr(word[3], PTR), b.inttoptr(word[4], PTR)])
+        b.branch(done)
+        b.position_at_end(done)
+        b.ret_void()
+
+    def _extern(self, name, ret, args):
+        fn = self.m.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.m, ir.FunctionType(ret, args), name=name)
+        return fn
+
+    # ---- statements -----------------------------------------------------------------------
+    def _stmts(self, stmts) -> None:
+        for s in stmts:
+            getattr(self, "_s_" + type(s).__name__)(s)
+
+    def _s_Loop(self, s: K.Loop) -> None:
+        b = self.b
+        if s.kind == "parallel":
+            lo, hi = self.start, self.stop
+        else:
+            lo = self._index(s.start)
+            hi = self._index(s.extent)
+            if s.start != 0:
+                hi = b.add(lo, hi) if not isinstance(s.extent, int) else hi
+        pre = b.block
+        header = b.function.append_basic_block(f"{s.var}.head")
+        body = b.function.append_basic_block(f"{s.var}.body")
+        exit_ = b.function.append_basic_block(f"{s.var}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(I64, name=s.var)
+        i.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", i, hi), body, exit_)
+        b.position_at_end(body)
+        self.vars[s.var] = i
+        self.scopes.append({})
+        self._stmts(s.body)
+        self.scopes.pop()
+        self.scopes[-1].clear()  # the loop may have changed mutables cached values used
+        nxt = b.add(i, ir.Constant(I64, s.step))
+        i.add_incoming(nxt, b.block)
+        b.branch(header)
+        b.position_at_end(exit_)
+
+    def _s_Let(self, s: K.Let) -> None:
+        self.vars[s.var] = self.expr(s.expr)
+
+    def _s_Declare(self, s: K.Declare) -> None:
+        with self.b.goto_block(self.entry):
+            slot = self.b.alloca(TYPES[s.dtype], name=s.var)
+        self.mutable[s.var] = (slot, s.dtype)
+        self.b.store(self.expr(s.init), slot)
+
+    def _s_Assign(self, s: K.Assign) -> None:
+        slot, dtype = self.mutable[s.var]
+        e = s.expr
+        if isinstance(e, K.Binary) and e.a == K.Var(s.var, dtype) and e.op in ("add", "max"):
+            value = self._reduce_step(e.op, self.b.load(slot, typ=TYPES[dtype]), self.expr(e.b), dtype)
+        else:
+            value = self.expr(e)
+        self.b.store(value, slot)
+        self.scopes[-1].clear()  # values read from the slot before the store are stale
+
+    def _reduce_step(self, op, acc, x, dtype):
+        """acc = acc op x, marked reassociable so the reduction loop vectorizes."""
+        if not is_float(dtype):
+            return self._binary(op, acc, x, dtype)
+        if op == "add":
+            return self.b.fadd(acc, x, flags=FAST)
+        return self._call_intrinsic("llvm.maximum", dtype, [acc, x], fastmath=FAST)
+
+    def _s_Store(self, s: K.Store) -> None:
+        buf, dtype, bi = self.bufs[s.buf]
+        index = self.expr(s.index)
+        value = self._to_memory(self.expr(s.value), dtype)
+        valid = self.expr(s.valid) if s.valid is not None else None
+        if self.check:
+            valid = self._and(valid, self._in_bounds(index, bi))
+        if valid is None:
+            self._store(buf, index, value, dtype)
+            return
+        with self.b.if_then(valid):
+            self._store(buf, index, value, dtype)
+
+    def _store(self, buf, index, value, dtype) -> None:
+        ptr = self.b.gep(buf, [index], source_etype=MEMORY_TYPES[dtype])
+        self.b.store(value, ptr)
+
+    def _s_If(self, s: K.If) -> None:
+        with self.b.if_then(self.expr(s.cond)):
+            self.scopes.append({})
+            self._stmts(s.body)
+            self.scopes.pop()
+
+    def _s_Barrier(self, s) -> None:
+        pass  # one CPU thread runs a whole parallel iteration
+
+    # ---- expressions ----------------------------------------------------------------------
+    def expr(self, e):
+        if isinstance(e, K.Var) and e.name in self.mutable:
+            return self._e_Var(e)  # a mutable's value changes: never cached
+        for scope in reversed(self.scopes):
+            hit = scope.get(id(e))
+            if hit is not None:
+                return hit[1]
+        value = getattr(self, "_e_" + type(e).__name__)(e)
+        self.scopes[-1][id(e)] = (e, value)  # keep e alive so its id stays unique
+        return value
+
+    def _index(self, x):
+        return ir.Constant(I64, x) if isinstance(x, int) else self.expr(x)
+
+    def _e_Const(self, e: K.Const):
+        ty = TYPES[e.dtype]
+        if e.dtype == "bool":
+            return ir.Constant(I1, int(bool(e.value)))
+        return ir.Constant(ty, float(e.value) if is_float(e.dtype) else int(e.value))
+
+    def _e_Var(self, e: K.Var):
+        if e.name in self.mutable:
+            slot, dtype = self.mutable[e.name]
+            return self.b.load(slot, typ=TYPES[dtype])
+        return self.vars[e.name]
+
+    def _e_Param(self, e: K.Param):
+        ptr = self.b.gep(self.params, [ir.Constant(I64, e.index)], source_etype=F64)
+        return self.b.load(ptr, typ=F64)
+
+    def _e_Load(self, e: K.Load):
+        buf, dtype, bi = self.bufs[e.buf]
+        index = self.expr(e.index)
+        valid = self.expr(e.valid) if e.valid is not None else None
+        safe = valid
+        if self.check:
+            safe = self._and(valid, self._in_bounds(index, bi))
+        if safe is not None:
+            index = self.b.select(safe, index, ir.Constant(I64, 0))
+        ptr = self.b.gep(buf, [index], source_etype=MEMORY_TYPES[dtype])
+        value = self._from_memory(self.b.load(ptr, typ=MEMORY_TYPES[dtype]), dtype)
+        if valid is not None or safe is not None:
+            value = self.b.select(safe, value, self._zero(dtype))
+        return value
+
+    def _e_Unary(self, e: K.Unary):
+        x = self.expr(e.x)
+        op, dtype, b = e.op, e.dtype, self.b
+        if op == "neg":
+            return b.fneg(x) if is_float(dtype) else b.sub(self._zero(dtype), x)
+        if op == "not":
+            return b.xor(x, ir.Constant(I1, 1))
+        if op == "abs":
+            if is_float(dtype):
+                return self._call_intrinsic("llvm.fabs", dtype, [x])
+            if dtype in ("uint8", "bool"):
+                return x
+            return b.select(b.icmp_signed("<", x, self._zero(dtype)), b.sub(self._zero(dtype), x), x)
+        if op == "sqrt":
+            return self._call_intrinsic("llvm.sqrt", dtype, [x])
+        if dtype == "float32":
+            return {"exp": vecmath.exp_f32, "log": vecmath.log_f32, "tanh": vecmath.tanh_f32}[op](b, x)
+        if op in ("exp", "log"):
+            return self._call_intrinsic("llvm." + op, dtype, [x])
+        if op == "tanh":
+            return b.call(self._extern("tanh", F64, [F64]), [x])
+        raise ValueError(f"LLVM renderer: unknown unary op {op}")
+
+    def _e_Binary(self, e: K.Binary):
+        return self._binary(e.op, self.expr(e.a), self.expr(e.b), e.a.dtype if e.op in K.COMPARE else e.dtype,
+                            e.b)
+
+    def _binary(self, op, a, b_, dtype, b_expr=None):
+        b = self.b
+        if op in ("and", "or"):
+            return b.and_(a, b_) if op == "and" else b.or_(a, b_)
+        if is_float(dtype):
+            if op in K.COMPARE:
+                return (b.fcmp_unordered if op == "ne" else b.fcmp_ordered)(
+                    {"lt": "<", "le": "<=", "eq": "==", "ne": "!="}[op], a, b_)
+            if op == "pow":
+                return self._pow(a, b_, dtype, b_expr)
+            if op in ("max", "min"):
+                return self._call_intrinsic("llvm.maximum" if op == "max" else "llvm.minimum", dtype, [a, b_])
+            return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op](a, b_)
+        signed = dtype not in ("uint8", "bool")
+        cmp = b.icmp_signed if signed else b.icmp_unsigned
+        if op in K.COMPARE:
+            return cmp({"lt": "<", "le": "<=", "eq": "==", "ne": "!="}[op], a, b_)
+        if op in ("max", "min"):
+            return b.select(cmp(">" if op == "max" else "<", a, b_), a, b_)
+        if op == "idiv":
+            return b.sdiv(a, b_)
+        if op == "imod":
+            return b.srem(a, b_)
+        return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](a, b_)
+
+    def _pow(self, a, b_, dtype, exponent):
+        """x ** c for small constants as multiplies / sqrt; the rest through llvm.pow."""
+        b = self.b
+        if isinstance(exponent, K.Const):
+            c = float(exponent.value)
+            one = ir.Constant(TYPES[dtype], 1.0)
+            if c == 1:
+                return a
+            if c == 2:
+                return b.fmul(a, a)
+            if c == 3:
+                return b.fmul(b.fmul(a, a), a)
+            if c == 0.5:
+                return self._call_intrinsic("llvm.sqrt", dtype, [a])
+            if c == -1:
+                return b.fdiv(one, a)
+            if c == -2:
+                return b.fdiv(one, b.fmul(a, a))
+            if c == -0.5:
+                return b.fdiv(one, self._call_intrinsic("llvm.sqrt", dtype, [a]))
+        return self._call_intrinsic("llvm.pow", dtype, [a, b_])
+
+    def _e_Where(self, e: K.Where):
+        return self.b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+
+    def _e_Cast(self, e: K.Cast):
+        return self.cast(self.expr(e.x), e.x.dtype, e.dtype)
+
+    def cast(self, x, src: str, dst: str):
+        b = self.b
+        if src == dst:
+            return x
+        if dst == "bool":
+            return b.fcmp_unordered("!=", x, self._zero(src)) if is_float(src) else b.icmp_unsigned("!=", x, self._zero(src))
+        if is_float(src) and is_float(dst):
+            return b.fpext(x, TYPES[dst]) if dst == "float64" else b.fptrunc(x, TYPES[dst])
+        if is_float(src):
+            return b.fptosi(x, TYPES[dst]) if dst != "uint8" else b.trunc(b.fptosi(x, I32), I8)
+        unsigned = src in ("uint8", "bool")
+        if is_float(dst):
+            return b.uitofp(x, TYPES[dst]) if unsigned else b.sitofp(x, TYPES[dst])
+        sw, dw = TYPES[src].width, TYPES[dst].width
+        if sw > dw:
+            return b.trunc(x, TYPES[dst])
+        return b.zext(x, TYPES[dst]) if unsigned else b.sext(x, TYPES[dst])
+
+    # ---- helpers --------------------------------------------------------------------------
+    def _zero(self, dtype):
+        return ir.Constant(TYPES[dtype], 0.0 if is_float(dtype) else 0)
+
+    def _to_memory(self, value, dtype):
+        return self.b.zext(value, I8) if dtype == "bool" else value
+
+    def _from_memory(self, value, dtype):
+        return self.b.icmp_unsigned("!=", value, ir.Constant(I8, 0)) if dtype == "bool" else value
+
+    def _call_intrinsic(self, name, dtype, args, fastmath=()):
+        suffix = {"float32": "f32", "float64": "f64"}[dtype]
+        ty = TYPES[dtype]
+        fn = self._extern(f"{name}.{suffix}", ty, [ty] * len(args))
+        return self.b.call(fn, args, fastmath=fastmath)
+
+    def _and(self, a, b_):
+        if a is None:
+            return b_
+        if b_ is None:
+            return a
+        return self.b.and_(a, b_)
+
+    def _in_bounds(self, index, bi):
+        """limits[2bi] <= index < limits[2bi+1]; otherwise record bi + 1 in *err."""
+        b = self.b
+        lo = b.load(b.gep(self.limits, [ir.Constant(I64, 2 * bi)], source_etype=I64), typ=I64)
+        hi = b.load(b.gep(self.limits, [ir.Constant(I64, 2 * bi + 1)], source_etype=I64), typ=I64)
+        ok = b.and_(b.icmp_signed(">=", index, lo), b.icmp_signed("<", index, hi))
+        with b.if_then(b.xor(ok, ir.Constant(I1, 1))):
+            b.store(ir.Constant(I32, bi + 1), self.err)
+        return ok

@@ -1,0 +1,248 @@
+"""Pass 2 — fusion: partition the folded graph into kernels.
+
+A node is *stored* (written to memory by a kernel) when it is an output, a
+reduction, a matmul, an assemble or a copy, the base of a view, or an
+elementwise node that several readers use and that is too costly to recompute.
+Everything else is inlined into the kernel of each node that reads it, so an
+elementwise chain is one kernel and elementwise producers run inside
+reductions.  Then two merges:
+
+- matmul epilogue: a matmul read once, as is, by an elementwise chain (bias add,
+  activation) is computed by the kernel of that chain — one kernel;
+- reduction stages: a reduction whose only readers are one kernel, reading it
+  broadcast back along the reduced axes (softmax, layernorm) or as is over the
+  kept axes (logsumexp's log and add), becomes a *stage* of that kernel: an inner
+  loop that leaves its result in a register.  Row softmax is one kernel.
+
+Every boundary gets a reason (`FusedGraph.reasons`), shown by
+`dump(stage="fused")` and NEEDLE_DEBUG.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.nodes import ELEMENTWISE, REDUCE, toposort
+from .view_folding import CHEAP_OPS, FoldedGraph, subtree_cost
+from .views import View
+
+LEAVES = ("buffer", "const", "param")
+#: an inlined expression larger than this is cut (its top node stored), which keeps
+#: kernels quick to compile and code generation free of deep recursion
+MAX_KERNEL_OPS = 160
+
+
+@dataclass
+class Group:
+    """One kernel: stores `root` (for kind "piece": piece `piece` of an assemble)."""
+
+    kind: str                      # elementwise | reduce | matmul | fill | piece
+    root: object
+    stages: list = field(default_factory=list)   # fused reductions, in order
+    matmul: object = None          # the matmul node (kind matmul)
+    piece: int = -1
+    notes: list = field(default_factory=list)
+
+    @property
+    def domain(self) -> tuple:
+        """Shape the kernel loops over (for reductions: the reduced input's shape)."""
+        if self.kind == "piece":
+            return self.root.srcs[self.piece].shape
+        if self.stages:
+            return self.stages[0].srcs[0].shape
+        return self.root.shape
+
+    @property
+    def reduce_axes(self) -> tuple:
+        return self.stages[0].arg if self.stages else ()
+
+    def epilogue(self) -> bool:
+        """True when the stored root has the reduced (kept-axes) shape."""
+        return bool(self.stages) and self.root.shape != self.domain
+
+    @property
+    def name(self) -> str:
+        dims = "_".join(str(s) for s in self.domain) or "1"
+        if self.kind == "matmul":
+            m = self.matmul
+            return f"M_{'_'.join(map(str, m.shape))}_{m.srcs[0].shape[-1]}"
+        return {"elementwise": "E", "reduce": "R", "fill": "F", "piece": "A"}[self.kind] + "_" + dims
+
+
+@dataclass
+class FusedGraph:
+    folded: FoldedGraph
+    groups: list         # Groups in execution order
+    stored: set          # ids of stored nodes
+    reasons: dict        # id(node) -> why it is stored / how it was fused
+    order: list          # folded nodes, topological
+
+
+def fuse(folded: FoldedGraph) -> FusedGraph:
+    order = toposort(folded.outputs)
+    consumers = {id(n): [] for n in order}
+    for n in order:
+        for s in n.srcs:
+            consumers[id(s)].append(n)
+    reasons = dict(folded.reasons)
+    stored = _initial_stored(order, folded.outputs, consumers, reasons)
+    groups = {}
+    for n in order:
+        if id(n) in stored and n.op not in LEAVES:
+            groups[id(n)] = _new_group(n)
+    _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, folded.outputs)
+    _fuse_reductions(order, stored, consumers, groups, reasons, folded.outputs)
+    kernels = []
+    for n in order:
+        g = groups.get(id(n))
+        if g is None or id(n) not in stored:
+            continue
+        if n.op == "assemble":
+            kernels.extend(_assemble_groups(n))
+        else:
+            kernels.append(g)
+    return FusedGraph(folded, kernels, stored, reasons, order)
+
+
+def _initial_stored(order, outputs, consumers, reasons) -> set:
+    stored = set()
+    inlined = {}  # id -> ops its inlined expression has (approximately: shared nodes count twice)
+    out_ids = {id(n) for n in outputs}
+    for n in order:
+        why = None
+        if id(n) in out_ids:
+            why = "output"
+        elif n.op in REDUCE:
+            why = "reduction"
+        elif n.op in ("matmul", "assemble", "copy"):
+            why = n.op
+        elif id(n) in reasons:
+            why = reasons[id(n)]
+        elif n.op in ELEMENTWISE and len(consumers[id(n)]) > 1:
+            cost = subtree_cost(n)
+            if cost > CHEAP_OPS:
+                why = f"read by {len(consumers[id(n)])} nodes and too costly to recompute (cost {cost})"
+        if why is None and n.op in ELEMENTWISE and id(n) not in stored:
+            size = 1 + sum(inlined.get(id(s), 0) for s in n.srcs if id(s) not in stored)
+            if size > MAX_KERNEL_OPS:
+                why = f"kernel size limit: the expression above it has more than {MAX_KERNEL_OPS} ops"
+                size = 1
+            inlined[id(n)] = size
+        if n.op == "view" and n.srcs[0].op not in LEAVES:
+            base = n.srcs[0]
+            stored.add(id(base))
+            reasons.setdefault(id(base), "read through a view")
+        if why is not None and n.op not in LEAVES:
+            stored.add(id(n))
+            reasons.setdefault(id(n), why)
+    return stored
+
+
+def _new_group(n) -> Group:
+    if n.op in REDUCE:
+        return Group("reduce", n, stages=[n])
+    if n.op == "matmul":
+        return Group("matmul", n, matmul=n)
+    return Group("elementwise", n)
+
+
+def _readers_root(node, stored, consumers):
+    """The stored nodes whose kernels read `node` (walking up through inlined nodes)."""
+    roots, stack, seen = set(), [node], set()
+    while stack:
+        n = stack.pop()
+        for c in consumers[id(n)]:
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if id(c) in stored:
+                roots.add(id(c))
+            else:
+                stack.append(c)
+    return roots
+
+
+def _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, outputs) -> None:
+    out_ids = {id(n) for n in outputs}
+    for m in order:
+        if m.op != "matmul" or id(m) in out_ids:
+            continue
+        readers = consumers[id(m)]
+        if len(readers) != 1 or readers[0].op != "view" or readers[0].arg != View.contiguous(m.shape):
+            reasons[id(m)] = "matmul: its result is not read once as is, so no epilogue fusion"
+            continue
+        node = readers[0]
+        while id(node) not in stored:
+            up = consumers[id(node)]
+            if len(up) != 1 or up[0].op not in ELEMENTWISE or up[0].shape != m.shape:
+                node = None
+                break
+            node = up[0]
+        if node is None or node.op not in ELEMENTWISE or groups[id(node)].kind != "elementwise":
+            reasons[id(m)] = "matmul: the reader chain is not elementwise over the matmul's shape"
+            continue
+        stored.discard(id(m))
+        del groups[id(m)]
+        g = groups[id(node)]
+        g.kind, g.matmul = "matmul", m
+        g.notes.append(f"epilogue fused into matmul {m.type_str()}")
+        reasons[id(m)] = f"fused into the kernel of its epilogue ({node.op})"
+
+
+def _fuse_reductions(order, stored, consumers, groups, reasons, outputs) -> None:
+    out_ids = {id(n) for n in outputs}
+    position = {id(n): i for i, n in enumerate(order)}
+    for r in reversed(order):
+        if r.op not in REDUCE or id(r) not in stored or id(r) in out_ids:
+            continue
+        roots = _readers_root(r, stored, consumers)
+        if len(roots) != 1:
+            reasons[id(r)] = f"reduction read by {len(roots)} kernels: stored"
+            continue
+        k = groups[next(iter(roots))]
+        why = _stage_legal(r, k, consumers)
+        if why:
+            reasons[id(r)] = f"reduction stored: {why}"
+            continue
+        stored.discard(id(r))
+        del groups[id(r)]
+        k.kind = "reduce"
+        k.stages.append(r)
+        k.stages.sort(key=lambda n: position[id(n)])
+        reasons[id(r)] = f"fused as a stage of kernel {k.name}"
+
+
+def _stage_legal(r, k: Group, consumers) -> str:
+    """Why reduction `r` cannot become a stage of kernel `k` ("" if it can)."""
+    if k.kind not in ("elementwise", "reduce"):
+        return f"its reader is a {k.kind} kernel"
+    full, kept = r.srcs[0].shape, r.shape
+    if k.stages and (k.stages[0].srcs[0].shape != full or k.stages[0].arg != r.arg):
+        return "the reader already reduces another domain"
+    domain = k.root.shape if k.root.op not in REDUCE else full
+    if domain != full and _squeeze(domain) != _squeeze(kept):
+        return f"reader shape {domain} is neither the reduced input {full} nor the result {kept}"
+    broadcast = View(full, View.contiguous(kept).strides)
+    for v in consumers[id(r)]:
+        if v.op != "view":
+            return "read without a view"
+        if v.shape == full:
+            if v.arg != broadcast:
+                return f"read through {v.arg}, not broadcast along the reduced axes"
+        elif not (v.arg.is_contiguous() and v.arg.offset == 0 and _squeeze(v.shape) == _squeeze(kept)
+                  and domain != full):
+            return f"read through {v.arg}"
+    return ""
+
+
+def _squeeze(shape) -> tuple:
+    return tuple(s for s in shape if s != 1)
+
+
+def _assemble_groups(n) -> list:
+    """An assemble is a zero fill (unless the pieces cover it) and one kernel per piece."""
+    covered = sum(s.size for s in n.srcs)
+    total = n.size
+    groups = [] if covered == total else [Group("fill", n)]
+    for i in range(len(n.srcs)):
+        groups.append(Group("piece", n, piece=i))
+    return groups

@@ -1,0 +1,244 @@
+"""Lowering: one fused group -> one kernel in the loop-nest kernel IR.
+
+Index math comes straight from the Views of the folded graph: a read of a base
+through a view is `base[offset + sum(strides * i)]`, guarded by the view's mask.
+Elementwise kernels first merge adjacent loop dimensions wherever every view
+(and the output) is contiguous across them, so a contiguous chain is one flat
+loop.  Reductions loop over the kept axes outside and the reduced axes inside;
+each fused stage leaves its result in an accumulator that later stages and the
+stored expression read.  Matmul kernels are produced by `matmul_tiling`.
+"""
+from __future__ import annotations
+
+import math
+
+from ..codegen import kernel_ir as K
+from ..ir.nodes import BINARY, COMPARE, UNARY
+from .fusion import Group
+from .views import View
+
+
+class Lowering:
+    """Builds one Kernel; `slot_of(node)` gives the schedule slot of a stored node
+    or buffer leaf, `param_slot(scalar)` the slot of a run-time scalar."""
+
+    def __init__(self, group: Group, stored: set, slot_of, param_slot):
+        self.group = group
+        self.stored = stored
+        self.slot_of = slot_of
+        self.param_slot = param_slot
+        self.bufs, self.buf_slots, self.names = [], [], {}
+        self.params, self.param_index = [], {}
+        self.accs = {}              # id(reduce node) -> accumulator name
+        self.matmul_value = None    # expression of the fused matmul's result
+        self.merged = {}            # id(view node) -> View reshaped to merged loops
+        self.direct_shape = None    # layout of stored nodes read without a view
+        self.memo = {}
+
+    # ---- arguments ----------------------------------------------------------------------
+    def buffer(self, slot: int, dtype: str, role: str) -> str:
+        key = (slot, role)
+        if key not in self.names:
+            name = f"out{sum(1 for b in self.bufs if b.role == 'out')}" if role == "out" else \
+                f"in{sum(1 for b in self.bufs if b.role == 'in')}"
+            self.names[key] = name
+            self.bufs.append(K.Buf(name, dtype, role))
+            self.buf_slots.append(slot)
+        return self.names[key]
+
+    def param(self, scalar, dtype: str):
+        slot = self.param_slot(scalar)
+        if slot not in self.param_index:
+            self.param_index[slot] = len(self.params)
+            self.params.append(slot)
+        p = K.Param(self.param_index[slot], "float64")
+        return p if dtype == "float64" else K.Cast(p, dtype)
+
+    def kernel(self, body, parallel, work: int) -> K.Kernel:
+        kernel = K.Kernel(self.group.name, self.bufs, len(self.params), body, parallel, work)
+        kernel.meta["slots"] = list(self.buf_slots)
+        kernel.meta["params"] = list(self.params)
+        return kernel
+
+    # ---- expressions --------------------------------------------------------------------
+    def gen(self, node, index: tuple):
+        key = (id(node), index)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        out = self._gen(node, index)
+        self.memo[key] = out
+        return out
+
+    def _gen(self, node, index):
+        op, dtype = node.op, node.dtype
+        if op == "const":
+            return K.Const(node.arg, dtype)
+        if op == "param":
+            return self.param(node.arg, dtype)
+        if op == "view":
+            return self.view_read(node, index)
+        if id(node) in self.stored and node is not self.group.root:
+            shape = self.direct_shape or node.shape
+            name = self.buffer(self.slot_of(node), dtype, "in")
+            return K.Load(name, linear(index, View.contiguous(shape).strides, 0), dtype)
+        if op in UNARY:
+            return K.Unary(op, self.gen(node.srcs[0], index), dtype)
+        if op in BINARY:
+            a, b = (self.gen(s, index) for s in node.srcs)
+            return K.Binary(op, a, b, "bool" if op in COMPARE else dtype)
+        if op == "where":
+            c, a, b = (self.gen(s, index) for s in node.srcs)
+            return K.Where(c, a, b, dtype)
+        if op == "cast":
+            return K.Cast(self.gen(node.srcs[0], index), dtype)
+        if op == "copy":
+            return self.gen(node.srcs[0], index)
+        raise ValueError(f"lowering: cannot inline {op} (it should have been stored)")
+
+    def view_read(self, vnode, index):
+        base = vnode.srcs[0]
+        if id(base) in self.accs:
+            return K.Var(self.accs[id(base)], base.dtype)
+        if base is self.group.matmul and self.matmul_value is not None:
+            return self.matmul_value
+        view = self.merged.get(id(vnode), vnode.arg)
+        if view.empty:
+            return K.Const(0, base.dtype)
+        valid = mask_expr(view, index)
+        if base.op in ("const", "param"):
+            value = self.gen(base, ())
+            return value if valid is None else K.Where(valid, value, K.Const(0, base.dtype), base.dtype)
+        name = self.buffer(self.slot_of(base), base.dtype, "in")
+        return K.Load(name, linear(index, view.strides, view.offset), base.dtype, valid)
+
+    # ---- kernels ------------------------------------------------------------------------
+    def elementwise(self, root, domain, out_view: View) -> K.Kernel:
+        """Store `root` over `domain` through `out_view` (contiguous, or a slice of an
+        assemble).  Adjacent dims that every view allows are merged first."""
+        views = reachable_views(root, self.stored, self.group.root)
+        shape = merge_dims(domain, [v.arg for v in views] + [out_view])
+        if shape != domain:
+            for v in views:
+                self.merged[id(v)] = v.arg.reshape(shape)
+            out_view = out_view.reshape(shape)
+        self.direct_shape = shape
+        index, loops = loop_vars(shape, "i")
+        out = self.buffer(self.slot_of(self.group.root), self.group.root.dtype, "out")
+        value = self.gen(root, index) if root is not None else K.Const(0, self.group.root.dtype)
+        body = [K.Store(out, linear(index, out_view.strides, out_view.offset), value)]
+        return self.kernel(*nest(loops, body), work=math.prod(shape))
+
+    def reduce(self) -> K.Kernel:
+        g = self.group
+        full, axes = g.domain, g.reduce_axes
+        index = tuple(K.Const(0) if n == 1 else K.Var(("r" if d in axes else "k") + str(d))
+                      for d, n in enumerate(full))
+        outer = [(f"k{d}", n) for d, n in enumerate(full) if d not in axes and n != 1]
+        inner = [(f"r{d}", n) for d, n in enumerate(full) if d in axes and n != 1]
+        body = []
+        for stage in g.stages:
+            acc = f"acc{len(self.accs)}"
+            body.append(K.Declare(acc, stage.dtype, K.Const(identity(stage.op, stage.dtype), stage.dtype)))
+            value = self.gen(stage.srcs[0], index)
+            combine = K.Binary("add" if stage.op == "reduce_sum" else "max",
+                               K.Var(acc, stage.dtype), value, stage.dtype)
+            body.extend(nest_loops(inner, [K.Assign(acc, combine)]))
+            self.accs[id(stage)] = acc
+        out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
+        if id(g.root) in self.accs:  # the reduction itself is stored
+            root_index = tuple(K.Const(0) if d in axes or n == 1 else K.Var(f"k{d}") for d, n in enumerate(full))
+            body.append(K.Store(out, linear(root_index, View.contiguous(g.root.shape).strides, 0),
+                                K.Var(self.accs[id(g.root)], g.root.dtype)))
+        elif not g.epilogue():  # broadcast back: one more pass over the reduced axes
+            store = K.Store(out, linear(index, View.contiguous(full).strides, 0), self.gen(g.root, index))
+            body.extend(nest_loops(inner, [store]))
+        else:
+            kept = iter(K.Var(v) for v, _ in outer)
+            root_index = tuple(K.Const(0) if n == 1 else next(kept) for n in g.root.shape)
+            body.append(K.Store(out, linear(root_index, View.contiguous(g.root.shape).strides, 0),
+                                self.gen(g.root, root_index)))
+        return self.kernel(*nest(outer, body), work=math.prod(full))
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def identity(op: str, dtype: str):
+    if op == "reduce_sum":
+        return 0
+    return -math.inf if dtype.startswith("float") else {"int32": -2**31, "int64": -2**63, "uint8": 0,
+                                                         "bool": False}[dtype]
+
+
+def linear(index, strides, offset):
+    return K.affine([(i, s) for i, s in zip(index, strides) if not isinstance(i, K.Const)],
+                    offset + sum(i.value * s for i, s in zip(index, strides) if isinstance(i, K.Const)))
+
+
+def mask_expr(view: View, index):
+    """AND of lo <= sum(coeffs * i) < hi, skipping halves that always hold."""
+    cond = None
+    for coeffs, lo, hi in view.mask:
+        low = sum(min(0, c * (n - 1)) for c, n in zip(coeffs, view.shape))
+        high = sum(max(0, c * (n - 1)) for c, n in zip(coeffs, view.shape))
+        value = linear(index, coeffs, 0)
+        if lo > low:
+            cond = K.land(cond, K.Binary("le", K.Const(lo), value, "bool"))
+        if hi <= high:
+            cond = K.land(cond, K.Binary("lt", value, K.Const(hi), "bool"))
+    return cond
+
+
+def loop_vars(shape, prefix: str):
+    index, loops = [], []
+    for d, n in enumerate(shape):
+        if n == 1:
+            index.append(K.Const(0))
+        else:
+            index.append(K.Var(f"{prefix}{d}"))
+            loops.append((f"{prefix}{d}", n))
+    return tuple(index), loops
+
+
+def nest_loops(loops, body, parallel_first: bool = False) -> list:
+    for k, (var, extent) in reversed(list(enumerate(loops))):
+        body = [K.Loop(var, extent, body, "parallel" if parallel_first and k == 0 else "serial")]
+    return body
+
+
+def nest(loops, body):
+    """(body, parallel) with the outermost loop split across threads."""
+    if not loops:
+        return body, None
+    return nest_loops(loops, body, parallel_first=True), (loops[0][0], loops[0][1])
+
+
+def inlined_nodes(root, stored, own_root):
+    """Nodes evaluated inside the kernel of `root` (stopping at stored nodes)."""
+    out, stack, seen = [], [root], set()
+    while stack:
+        n = stack.pop()
+        if n is None or id(n) in seen:
+            continue
+        seen.add(id(n))
+        out.append(n)
+        if n.op != "view" and (id(n) not in stored or n is own_root):
+            stack.extend(n.srcs)
+    return out
+
+
+def reachable_views(root, stored, own_root) -> list:
+    return [n for n in inlined_nodes(root, stored, own_root) if n.op == "view"]
+
+
+def merge_dims(shape, views) -> tuple:
+    """Merge adjacent dims (innermost first) while every view can be reshaped."""
+    shape = tuple(shape)
+    current = [v for v in views]
+    d = len(shape) - 2
+    while d >= 0:
+        merged = shape[:d] + (shape[d] * shape[d + 1],) + shape[d + 2:]
+        reshaped = [v.reshape(merged) for v in current]
+        if all(r is not None for r in reshaped):
+            shape, current = merged, reshaped
+        d -= 1
+    return shape

@@ -1,0 +1,147 @@
+"""The pass pipeline: IR graph -> Schedule (kernels in order, buffers planned).
+
+view folding -> fusion -> lowering (matmul tiling for matmul kernels) -> buffer
+planning.  A Schedule refers to data only through slots: leaf buffers and
+run-time scalars by their order in the graph, outputs by position, and
+intermediate results by temp buffers that are reused once dead.  So a schedule
+built for one graph runs any graph of the same structure (the schedule cache).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..dtypes import itemsize
+from ..ir.nodes import toposort
+from . import matmul_tiling
+from .fusion import FusedGraph, fuse
+from .lowering import Lowering
+from .view_folding import fold_views
+from .views import View
+
+
+@dataclass
+class Call:
+    kernel: object           # kernel_ir.Kernel
+    slots: list              # schedule slot per kernel buffer
+    params: list             # param slot per kernel parameter
+
+
+@dataclass
+class Schedule:
+    calls: list
+    n_leaves: int
+    n_params: int
+    outputs: list            # (slot, shape, dtype) per requested output
+    slot_kinds: dict         # slot -> ("leaf", i) | ("out", i) | ("temp", physical buffer)
+    temp_bytes: list         # size of each physical temp buffer
+    stats: dict = field(default_factory=dict)
+
+
+def graph_inputs(outputs):
+    """Leaf NDArrays and run-time scalars in graph order (the schedule's slots)."""
+    _, leaves, leaf_ids, scalars, scalar_ids = structure(outputs)
+    return leaves, leaf_ids, scalars, scalar_ids
+
+
+def structure(outputs):
+    """(key, leaves, leaf_ids, scalars, scalar_ids): `key` describes the graph up to
+    the data it reads — ops, static args, shapes, dtypes, leaf strides, and which
+    nodes share which sources — so equal keys mean one schedule serves both."""
+    leaves, leaf_ids, scalars, scalar_ids = [], {}, [], {}
+    order = toposort(outputs)
+    position = {id(n): i for i, n in enumerate(order)}
+    key = []
+    for n in order:
+        if n.op == "buffer":
+            a = n.arg
+            if id(a) not in leaf_ids:
+                leaf_ids[id(a)] = len(leaves)
+                leaves.append(a)
+            key.append(("buffer", n.shape, a.strides, n.dtype, leaf_ids[id(a)]))
+        elif n.op == "param":
+            if id(n.arg) not in scalar_ids:
+                scalar_ids[id(n.arg)] = len(scalars)
+                scalars.append(n.arg)
+            key.append(("param", n.shape, n.dtype, scalar_ids[id(n.arg)]))
+        else:
+            key.append((n.op, n.arg, n.shape, n.dtype, tuple(position[id(s)] for s in n.srcs)))
+    key.append(tuple(position[id(n)] for n in outputs))
+    return tuple(key), leaves, leaf_ids, scalars, scalar_ids
+
+
+def plan(outputs, target: str = "cpu") -> tuple:
+    """Run the passes on the graph of `outputs`: (Schedule, FusedGraph)."""
+    leaves, leaf_ids, scalars, scalar_ids = graph_inputs(outputs)
+    fused = fuse(fold_views(outputs))
+    slot_of_node = {}
+    slot_kinds = {i: ("leaf", i) for i in range(len(leaves))}
+    next_slot = len(leaves)
+    output_slots = []
+    for pos, node in enumerate(fused.folded.outputs):
+        if id(node) not in slot_of_node:
+            slot_of_node[id(node)] = next_slot
+            slot_kinds[next_slot] = ("out", pos)
+            next_slot += 1
+        output_slots.append((slot_of_node[id(node)], node.shape, node.dtype))
+    temp_nodes = {}
+    for g in fused.groups:
+        if id(g.root) not in slot_of_node:
+            slot_of_node[id(g.root)] = next_slot
+            temp_nodes[next_slot] = g.root
+            next_slot += 1
+
+    def slot_of(node):
+        if node.op == "buffer":
+            return leaf_ids[id(node.arg)]
+        return slot_of_node[id(node)]
+
+    calls = [_lower(g, fused, slot_of, lambda s: scalar_ids[id(s)], target) for g in fused.groups]
+    temp_bytes = _plan_temps(calls, temp_nodes, slot_kinds)
+    schedule = Schedule(calls, len(leaves), len(scalars), output_slots, slot_kinds, temp_bytes)
+    return schedule, fused
+
+
+def _lower(g, fused: FusedGraph, slot_of, param_slot, target) -> Call:
+    low = Lowering(g, fused.stored, slot_of, param_slot)
+    if g.kind == "matmul":
+        kernel = matmul_tiling.lower(low, target)
+    elif g.kind == "reduce":
+        kernel = low.reduce()
+    elif g.kind == "fill":
+        kernel = low.elementwise(None, g.root.shape, View.contiguous(g.root.shape))
+    elif g.kind == "piece":
+        index = g.root.arg[g.piece]
+        out_view = View.contiguous(g.root.shape).shrink([(a, b) for a, b, _ in index]) \
+            .stride([c for _, _, c in index])
+        kernel = low.elementwise(g.root.srcs[g.piece], g.domain, out_view)
+    else:
+        kernel = low.elementwise(g.root, g.domain, View.contiguous(g.domain))
+    return Call(kernel, kernel.meta["slots"], kernel.meta["params"])
+
+
+def _plan_temps(calls, temp_nodes, slot_kinds) -> list:
+    """Give each intermediate slot a physical buffer, reusing buffers whose
+    contents are dead (greedy, in call order)."""
+    last_use = {}
+    for i, call in enumerate(calls):
+        for s in call.slots:
+            last_use[s] = i
+    sizes, free, assigned = [], [], {}
+    for i, call in enumerate(calls):
+        for s in call.slots:
+            if s in temp_nodes and s not in assigned:
+                node = temp_nodes[s]
+                need = max(node.size, 1) * itemsize(node.dtype)
+                fit = [b for b in free if sizes[b] >= need]
+                if fit:
+                    buf = min(fit, key=lambda b: sizes[b])
+                    free.remove(buf)
+                else:
+                    buf = len(sizes)
+                    sizes.append(need)
+                assigned[s] = buf
+                slot_kinds[s] = ("temp", buf)
+        for s in set(call.slots):
+            if s in assigned and last_use[s] == i:
+                free.append(assigned[s])
+    return sizes

@@ -1,0 +1,151 @@
+"""Executes graphs on the CPU with compiled kernels.
+
+realize(nodes): look the graph's structure up in the schedule cache (on a miss,
+run the passes and compile the kernels), bind the graph's leaf buffers and
+run-time scalars to the schedule's slots, allocate the outputs, take temps from
+the buffer pool, launch every kernel (split across threads with libgomp when it
+pays), and turn the requested nodes into buffers.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+import numpy as np
+
+from .. import config
+from ..backend_ndarray.ndarray import NDArray
+from ..compiler import schedule as scheduling
+from ..dtypes import np_dtype
+from ..errors import BoundsError
+from . import counters, jit
+from .pool import POOL
+
+#: below this many elements of work per thread a kernel runs on one thread
+#: (a GOMP round trip costs about a microsecond; tiny kernels do not gain)
+MIN_WORK_PER_THREAD = 1 << 15
+
+_schedules = {}
+_lock = threading.Lock()
+
+
+class CompiledSchedule:
+    """A Schedule with its kernels compiled and its slot tables precomputed."""
+
+    def __init__(self, schedule: scheduling.Schedule):
+        self.schedule = schedule
+        self.kernels = [jit.compile_kernel(c.kernel) for c in schedule.calls]
+        self.n_slots = 1 + max([s for c in schedule.calls for s in c.slots] +
+                               [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
+        self.call_slots = [np.asarray(c.slots, dtype=np.intp) for c in schedule.calls]
+        self.call_params = [np.asarray(c.params, dtype=np.intp) for c in schedule.calls]
+        self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
+        self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
+        threads = config.THREADS
+        self.threaded = [threads > 1 and k.omp_address and c.kernel.parallel is not None and
+                         c.kernel.parallel[1] > 1 and c.kernel.work >= MIN_WORK_PER_THREAD * 2
+                         for c, k in zip(schedule.calls, self.kernels)]
+
+    def run(self, leaves, scalars, device) -> list:
+        s = self.schedule
+        ptrs = np.zeros(self.n_slots, dtype=np.int64)
+        for i, leaf in enumerate(leaves):
+            handle = leaf._handle
+            ptrs[i] = handle.ctypes.data + leaf.offset * handle.itemsize
+        outputs, out_arrays = [], {}
+        for slot, shape, dtype in s.outputs:
+            arr = out_arrays.get(slot)
+            if arr is None:
+                arr = out_arrays[slot] = np.empty(max(int(np.prod(shape)), 1), dtype=np_dtype(dtype))
+                ptrs[slot] = arr.ctypes.data
+            outputs.append(NDArray.make(shape, device=device, handle=arr[:int(np.prod(shape))], dtype=dtype))
+        temps = [POOL.acquire(n) for n in s.temp_bytes]
+        for slot, buf in self.temp_slots:
+            ptrs[slot] = temps[buf].ctypes.data
+        values = np.array([x.value for x in scalars], dtype=np.float64)
+        try:
+            for i, (call, kernel) in enumerate(zip(s.calls, self.kernels)):
+                bufs = ptrs[self.call_slots[i]]
+                params = values[self.call_params[i]] if len(self.call_params[i]) else None
+                limits = _limits(call, s, leaves, out_arrays, temps) if config.BOUNDS_CHECK else None
+                t0 = time.perf_counter() if config.DEBUG >= 2 else 0.0
+                _launch(kernel, bufs, params, self.totals[i], self.threaded[i], limits)
+                if config.DEBUG >= 2:
+                    dt = time.perf_counter() - t0
+                    print(f"  {kernel.name:<28} {dt * 1e6:9.1f} us  {'threads' if self.threaded[i] else ''}")
+        finally:
+            for t in temps:
+                POOL.release(t)
+        counters.add("kernels_launched", len(s.calls))
+        return outputs
+
+
+def _limits(call, s, leaves, out_arrays, temps):
+    """[lo, hi) in elements, relative to each buffer pointer, for bounds checking."""
+    from ..dtypes import itemsize
+    limits = []
+    for slot, buf in zip(call.slots, call.kernel.bufs):
+        kind = s.slot_kinds[slot]
+        if kind[0] == "leaf":
+            leaf = leaves[kind[1]]
+            lo, hi = -leaf.offset, leaf._handle.size - leaf.offset
+        elif kind[0] == "out":
+            lo, hi = 0, out_arrays[slot].size
+        else:
+            lo, hi = 0, temps[kind[1]].size // itemsize(buf.dtype)
+        limits += [lo, hi]
+    return np.asarray(limits, dtype=np.int64)
+
+
+def _launch(kernel, bufs: np.ndarray, params, total: int, threaded: bool, limits) -> None:
+    err = np.zeros(1, dtype=np.int32)
+    bufs_ptr = bufs.ctypes.data
+    params_ptr = params.ctypes.data if params is not None else None
+    limits_ptr = limits.ctypes.data if limits is not None else None
+    if threaded:
+        data = np.array([bufs_ptr, params_ptr or 0, total, limits_ptr or 0, err.ctypes.data], dtype=np.int64)
+        jit.gomp().GOMP_parallel(ctypes.c_void_p(kernel.omp_address), ctypes.c_void_p(data.ctypes.data),
+                                 ctypes.c_uint(config.THREADS), ctypes.c_uint(0))
+    else:
+        kernel.cfunc(bufs_ptr, params_ptr, 0, total, limits_ptr, err.ctypes.data)
+    if err[0]:
+        name = kernel.kernel.bufs[err[0] - 1].name
+        raise BoundsError(f"kernel {kernel.name}: index out of bounds on buffer {name} "
+                          "(NEEDLE_BOUNDS_CHECK caught it; this is a needle bug, please report it)")
+
+
+def compiled_schedule(nodes):
+    """(CompiledSchedule, leaves, scalars) for the graph of `nodes`."""
+    key, leaves, _, scalars, _ = scheduling.structure(nodes)
+    entry = _schedules.get(key)
+    if entry is not None:
+        counters.add("schedule_cache_hits")
+        return entry, leaves, scalars
+    t0 = time.perf_counter()
+    schedule, fused = scheduling.plan(nodes, target="cpu")
+    counters.add("schedule_seconds", time.perf_counter() - t0)
+    if config.DEBUG >= 3:
+        for c in schedule.calls:
+            print(c.kernel.text())
+    entry = CompiledSchedule(schedule)
+    with _lock:
+        _schedules[key] = entry
+    return entry, leaves, scalars
+
+
+def realize(nodes) -> None:
+    from . import describe
+    entry, leaves, scalars = compiled_schedule(nodes)
+    if config.DEBUG >= 1:
+        print(describe.schedule_summary(entry.schedule))
+    t0 = time.perf_counter()
+    outputs = entry.run(leaves, scalars, nodes[0].device)
+    counters.add("run_seconds", time.perf_counter() - t0)
+    counters.add("schedules")
+    for node, array in zip(nodes, outputs):
+        node.become_buffer(array)
+
+
+def clear_schedule_cache() -> None:
+    _schedules.clear()

@@ -1,0 +1,174 @@
+"""LLVM JIT for the CPU: one MCJIT engine per process (MCJIT never frees what it
+finalized), kernels optimized at O3 for the host and emitted as object code,
+which is also what the disk cache stores.
+
+The cache key hashes the kernel IR text with everything that changes the code:
+needle's, llvmlite's and LLVM's versions, the target triple, CPU name and
+features, the optimization level and bounds checking — never debug flags.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import hashlib
+import threading
+import time
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from .. import config
+from ..codegen import llvm as llvm_codegen
+from ..errors import CompileError
+from . import counters
+from . import disk_cache
+
+OPT_LEVEL = 3
+_lock = threading.RLock()
+_state = {}
+
+
+def _init():
+    """Target machines and the engine, created once."""
+    if _state:
+        return _state
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    gomp = ctypes.util.find_library("gomp") or "libgomp.so.1"
+    try:
+        llvm.load_library_permanently(gomp)
+        _state["gomp"] = ctypes.CDLL(gomp)
+    except (OSError, RuntimeError):
+        _state["gomp"] = None
+    triple = llvm.get_process_triple()
+    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    target = llvm.Target.from_triple(triple)
+
+    def machine():
+        return target.create_target_machine(cpu=cpu, features=features, opt=OPT_LEVEL, jit=True)
+
+    _state["tm"] = machine()  # for optimization and object emission
+    _state["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine())  # owns its own
+    _state["target_id"] = f"{triple}|{cpu}|{features}"
+    _state["versions"] = f"needle-kernels-1|llvmlite-{llvmlite.__version__}|llvm-{llvm.llvm_version_info}"
+    pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pto.loop_interleaving = True
+    _state["pto"] = pto
+    return _state
+
+
+def gomp():
+    """libgomp as a ctypes library (None when it is missing)."""
+    return _init()["gomp"]
+
+
+def target_description() -> str:
+    s = _init()
+    return s["target_id"]
+
+
+def vector_width_bytes() -> int:
+    """SIMD register width of the host (64 with AVX-512, 32 with AVX2, else 16)."""
+    features = _init()["target_id"]
+    if "+avx512f" in features:
+        return 64
+    if "+avx2" in features or "+avx," in features:
+        return 32
+    return 16
+
+
+class CompiledKernel:
+    """A kernel ready to launch: the entry point and the GOMP wrapper."""
+
+    __slots__ = ("name", "symbol", "address", "omp_address", "cfunc", "kernel", "key")
+
+    def __init__(self, kernel, symbol, address, omp_address, key):
+        self.kernel, self.name, self.symbol, self.key = kernel, kernel.name, symbol, key
+        self.address, self.omp_address = address, omp_address
+        self.cfunc = KERNEL_CFUNC(address)
+
+
+KERNEL_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                ctypes.c_void_p, ctypes.c_void_p)
+
+_compiled = {}
+
+
+def kernel_key(kernel) -> str:
+    s = _init()
+    text = kernel.text()
+    material = "\n".join([s["versions"], s["target_id"], f"O{OPT_LEVEL}",
+                          f"bounds={int(config.BOUNDS_CHECK)}", text])
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def compile_kernel(kernel) -> CompiledKernel:
+    """The kernel compiled (memory cache, then disk cache, then LLVM)."""
+    key = kernel_key(kernel)
+    hit = _compiled.get(key)
+    if hit is not None:
+        counters.add("cache_hits")
+        return hit
+    with _lock:
+        hit = _compiled.get(key)
+        if hit is not None:
+            counters.add("cache_hits")
+            return hit
+        s = _init()
+        symbol = "k_" + key[:24]
+        t0 = time.perf_counter()
+        obj = disk_cache.load(key) if config.CACHE else None
+        if obj is not None:
+            counters.add("cache_hits")
+            counters.add("disk_cache_hits")
+        else:
+            obj = _codegen(kernel, symbol)
+            counters.add("kernels_compiled")
+            if config.CACHE:
+                disk_cache.store(key, obj)
+        engine = s["engine"]
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        address = engine.get_function_address(symbol)
+        omp_address = engine.get_function_address(symbol + "_omp")
+        if not address:
+            raise CompileError(f"kernel {kernel.name}: symbol {symbol} missing after loading its object code")
+        counters.add("compile_seconds", time.perf_counter() - t0)
+        compiled = CompiledKernel(kernel, symbol, address, omp_address, key)
+        _compiled[key] = compiled
+        return compiled
+
+
+def llvm_ir(kernel, optimized: bool = False) -> str:
+    """The LLVM IR text of a kernel (before or after the O3 pipeline)."""
+    key = kernel_key(kernel)
+    module = llvm_codegen.render(kernel, "k_" + key[:24], bounds_check=config.BOUNDS_CHECK)
+    if not optimized:
+        return str(module)
+    return str(_optimize(str(module)))
+
+
+def _optimize(text: str):
+    s = _init()
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.triple = llvm.get_process_triple()
+        mod.data_layout = str(s["tm"].target_data)
+        mod.verify()
+    except RuntimeError as e:
+        raise CompileError(f"generated LLVM IR does not verify: {e}") from None
+    pb = llvm.create_pass_builder(s["tm"], s["pto"])
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def _codegen(kernel, symbol: str) -> bytes:
+    module = llvm_codegen.render(kernel, symbol, bounds_check=config.BOUNDS_CHECK)
+    text = str(module)
+    if config.DEBUG >= 4:
+        print(f"--- LLVM IR of {kernel.name} ({symbol})\n{text}")
+    mod = _optimize(text)
+    return _init()["tm"].emit_object(mod)
