@@ -8,6 +8,11 @@ from .backend_selection import BACKEND, Device, all_devices, cpu, cpu_numpy, cud
 from . import backend_ndarray  # noqa: F401
 from . import backend_ndarray as nd  # noqa: F401
 from .ops import *  # noqa: F401,F403
+from .init import ones, ones_like, zeros, zeros_like  # noqa: F401
 
 __version__ = "0.1.0"
 from .realize import lazy, realize  # noqa: F401,E402
+from . import data, optim  # noqa: F401,E402
+from .serialization import load, save  # noqa: F401,E402
+from . import ir, runtime  # noqa: F401,E402
+from . import nn  # noqa: F401,E402

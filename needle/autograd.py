@@ -210,7 +210,7 @@ class TensorTuple(Value):
 
 
 class Tensor(Value):
-    grad: "Tensor"
+    grad: "Tensor" = None  # set by backward()
 
     def __init__(self, array, *, device: Optional[Device] = None, dtype=None,
                  requires_grad: bool = True, **kwargs):

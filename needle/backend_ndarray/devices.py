@@ -127,9 +127,51 @@ class CPUNumpyDevice(HostDevice):
 
 
 class CPUDevice(HostDevice):
-    """The compiled CPU device.  Its kernels are installed by needle.runtime."""
+    """The compiled CPU device: each primitive runs as one compiled kernel (eager
+    mode), built from a one-node graph by the same compiler that fuses lazy graphs.
+    Storage, copies into views and fills stay plain host memory operations."""
 
     name = "cpu"
+
+    def _kernel(self, build_node, *arrays) -> NDArray:
+        from ..runtime import eager
+        return eager.run(self, build_node, arrays)
+
+    def copy(self, a):
+        return self._kernel(lambda x: _build().copy(x), a)
+
+    def cast(self, a, dtype):
+        return self._kernel(lambda x: _build().cast(x, dtype) if dtype != a.dtype else _build().copy(x), a)
+
+    def unary(self, op, a):
+        return self._kernel(lambda x: _build().elementwise(op, x), a)
+
+    def binary(self, op, a, b):
+        return self._kernel(lambda x, y: _build().elementwise(op, x, y), a, b)
+
+    def binary_scalar(self, op, a, scalar, reverse):
+        def node(x):
+            s = _build().param(scalar, x.shape, x.dtype, x.device)
+            return _build().elementwise(op, s, x) if reverse else _build().elementwise(op, x, s)
+        return self._kernel(node, a)
+
+    def where(self, cond, a, b):
+        def node(c, x, y):
+            if c.dtype != "bool":
+                c = _build().elementwise("ne", c, _build().const(0, c.shape, c.dtype, c.device))
+            return _build().elementwise("where", c, x, y)
+        return self._kernel(node, cond, a, b)
+
+    def reduce(self, op, a, axes):
+        return self._kernel(lambda x: _build().reduce("reduce_" + op, x, axes) if axes else _build().copy(x), a)
+
+    def matmul(self, a, b):
+        return self._kernel(lambda x, y: _build().matmul(x, y), a, b)
+
+
+def _build():
+    from ..ir import build
+    return build
 
 
 class CUDADevice(Device):

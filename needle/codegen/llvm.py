@@ -30,6 +30,7 @@ VOID = ir.VoidType()
 TYPES = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "uint8": I8, "bool": I1}
 MEMORY_TYPES = dict(TYPES, bool=I8)
 FAST = ("reassoc", "contract", "nsz")
+_ALIGN = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint8": 1, "bool": 1}
 
 
 def render(kernel: K.Kernel, symbol: str, bounds_check: bool = False) -> ir.Module:
@@ -48,6 +49,8 @@ class _Renderer:
         self.scopes = [{}]
         self.vars = {}      # loop vars and lets: name -> value
         self.mutable = {}   # declared vars: name -> (alloca, dtype)
+        self.locals = {}    # local arrays: name -> (alloca, dtype)
+        self.vector = None  # (loop var, width) while rendering a vector loop body
 
     # ---- functions ------------------------------------------------------------------------
     def emit(self) -> None:
@@ -118,6 +121,23 @@ class _Renderer:
             getattr(self, "_s_" + type(s).__name__)(s)
 
     def _s_Loop(self, s: K.Loop) -> None:
+        if s.kind == "unroll":
+            for v in range(s.start, s.start + s.extent):
+                self.vars[s.var] = ir.Constant(I64, v)
+                self.scopes.append({})
+                self._stmts(s.body)
+                self.scopes.pop()
+            self.scopes[-1].clear()
+            return
+        if s.kind == "vector":
+            if self.vector is not None or s.start != 0 or not isinstance(s.extent, int):
+                raise ValueError("LLVM renderer: vector loops must be innermost, start at 0, constant width")
+            self.vector = (s.var, s.extent)
+            self.scopes.append({})
+            self._stmts(s.body)
+            self.scopes.pop()
+            self.vector = None
+            return
         b = self.b
         if s.kind == "parallel":
             lo, hi = self.start, self.stop
@@ -173,7 +193,20 @@ class _Renderer:
             return self.b.fadd(acc, x, flags=FAST)
         return self._call_intrinsic("llvm.maximum", dtype, [acc, x], fastmath=FAST)
 
+    def _s_LocalArray(self, s: K.LocalArray) -> None:
+        with self.b.goto_block(self.entry):
+            slot = self.b.alloca(ir.ArrayType(MEMORY_TYPES[s.dtype], s.size), name=s.name)
+            slot.align = 64
+            slot.type = PTR  # opaque (as LLVM prints it), so vector and scalar accesses type-check
+        self.locals[s.name] = (slot, s.dtype)
+
     def _s_Store(self, s: K.Store) -> None:
+        if self.vector is not None and self._depends(s, self.vector[0]):
+            return self._vector_store(s)
+        if s.buf in self.locals:
+            slot, dtype = self.locals[s.buf]
+            self._store(slot, self.expr(s.index), self._to_memory(self.expr(s.value), dtype), dtype)
+            return
         buf, dtype, bi = self.bufs[s.buf]
         index = self.expr(s.index)
         value = self._to_memory(self.expr(s.value), dtype)
@@ -231,6 +264,12 @@ class _Renderer:
         return self.b.load(ptr, typ=F64)
 
     def _e_Load(self, e: K.Load):
+        if self.vector is not None and self._depends(e, self.vector[0]):
+            return self._vector_load(e)
+        if e.buf in self.locals:
+            slot, dtype = self.locals[e.buf]
+            ptr = self.b.gep(slot, [self.expr(e.index)], source_etype=MEMORY_TYPES[dtype])
+            return self._from_memory(self.b.load(ptr, typ=MEMORY_TYPES[dtype]), dtype)
         buf, dtype, bi = self.bufs[e.buf]
         index = self.expr(e.index)
         valid = self.expr(e.valid) if e.valid is not None else None
@@ -269,6 +308,8 @@ class _Renderer:
         raise ValueError(f"LLVM renderer: unknown unary op {op}")
 
     def _e_Binary(self, e: K.Binary):
+        if self.vector is not None and self._depends(e, self.vector[0]):
+            return self._vector_binary(e)
         return self._binary(e.op, self.expr(e.a), self.expr(e.b), e.a.dtype if e.op in K.COMPARE else e.dtype,
                             e.b)
 
@@ -375,3 +416,116 @@ class _Renderer:
         with b.if_then(b.xor(ok, ir.Constant(I1, 1))):
             b.store(ir.Constant(I32, bi + 1), self.err)
         return ok
+
+    # ---- vector loops ---------------------------------------------------------------------
+    # Inside a `vector` loop an expression that depends on the loop variable is one
+    # SIMD value holding all lanes.  Supported there: loads and stores whose index
+    # moves by 1 per lane (contiguous), + - * max on vectors and broadcast scalars.
+    def _depends(self, e, var) -> bool:
+        memo = self.__dict__.setdefault("_dep_memo", {})
+        key = (id(e), var)
+        if key in memo:
+            return memo[key][1]
+        if isinstance(e, K.Var):
+            out = e.name == var
+        elif isinstance(e, (K.Const, K.Param)):
+            out = False
+        elif isinstance(e, (K.Load, K.Store)):
+            out = self._depends(e.index, var) or (e.valid is not None and self._depends(e.valid, var)) or \
+                (isinstance(e, K.Store) and self._depends(e.value, var))
+        elif isinstance(e, K.Binary):
+            out = self._depends(e.a, var) or self._depends(e.b, var)
+        elif isinstance(e, (K.Unary, K.Cast)):
+            out = self._depends(e.x, var)
+        elif isinstance(e, K.Where):
+            out = any(self._depends(x, var) for x in (e.cond, e.a, e.b))
+        else:
+            out = True
+        memo[key] = (e, out)
+        return out
+
+    def _lane_stride(self, index):
+        """The index at lane 0 and its step per lane (must be 1: contiguous)."""
+        var, _ = self.vector
+        base = _substitute(index, var, K.Const(0))
+        stride = _derivative(index, var)
+        if stride != 1:
+            raise ValueError(f"LLVM renderer: vector access with stride {stride} (only contiguous is supported)")
+        return self.expr(base)
+
+    def _vector_ptr(self, name, index):
+        if name in self.locals:
+            base, dtype = self.locals[name]
+        else:
+            base, dtype, _ = self.bufs[name]
+        return self.b.gep(base, [self._lane_stride(index)], source_etype=MEMORY_TYPES[dtype]), dtype
+
+    def _vector_load(self, e: K.Load):
+        if e.valid is not None:
+            raise ValueError("LLVM renderer: guarded loads are not supported in vector loops")
+        ptr, dtype = self._vector_ptr(e.buf, e.index)
+        # only element alignment is known (numpy buffers, offsets into locals)
+        return self.b.load(ptr, typ=ir.VectorType(MEMORY_TYPES[dtype], self.vector[1]), align=_ALIGN[dtype])
+
+    def _vector_store(self, s: K.Store) -> None:
+        if s.valid is not None and self._depends(s.valid, self.vector[0]):
+            raise ValueError("LLVM renderer: lane-dependent store guards are not supported in vector loops")
+        ptr, dtype = self._vector_ptr(s.buf, s.index)
+        value = self._splat(self.expr(s.value), dtype)
+        if s.valid is None:
+            self.b.store(value, ptr, align=_ALIGN[dtype])
+        else:
+            with self.b.if_then(self.expr(s.valid)):
+                self.b.store(value, ptr, align=_ALIGN[dtype])
+
+    def _splat(self, value, dtype):
+        width = self.vector[1]
+        if isinstance(value.type, ir.VectorType):
+            return value
+        ty = ir.VectorType(TYPES[dtype], width)
+        vec = self.b.insert_element(ir.Constant(ty, ir.Undefined), value, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(vec, ir.Constant(ty, ir.Undefined), ir.Constant(ir.VectorType(I32, width), [0] * width))
+
+    def _vector_binary(self, e: K.Binary):
+        dtype = e.dtype
+        a = self._splat(self.expr(e.a), dtype)
+        b_ = self._splat(self.expr(e.b), dtype)
+        b = self.b
+        if not is_float(dtype) or e.op not in ("add", "sub", "mul", "max"):
+            raise ValueError(f"LLVM renderer: {e.op} on {dtype} is not supported in vector loops")
+        if e.op == "max":
+            name = f"llvm.maximum.v{self.vector[1]}{'f32' if dtype == 'float32' else 'f64'}"
+            ty = a.type
+            return b.call(self._extern(name, ty, [ty, ty]), [a, b_])
+        return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul}[e.op](a, b_, flags=FAST)
+
+
+def _derivative(e, var):
+    """d(e)/d(var) for affine integer expressions; None when not affine."""
+    if isinstance(e, K.Var):
+        return 1 if e.name == var else 0
+    if isinstance(e, (K.Const, K.Param)):
+        return 0
+    if isinstance(e, K.Binary) and e.op in ("add", "sub"):
+        da, db = _derivative(e.a, var), _derivative(e.b, var)
+        if da is None or db is None:
+            return None
+        return da + db if e.op == "add" else da - db
+    if isinstance(e, K.Binary) and e.op == "mul":
+        da, db = _derivative(e.a, var), _derivative(e.b, var)
+        if da == 0 and isinstance(e.a, K.Const) and db is not None:
+            return e.a.value * db
+        if db == 0 and isinstance(e.b, K.Const) and da is not None:
+            return e.b.value * da
+        if da == 0 and db == 0:
+            return 0
+        return None
+    return None
+
+
+def _substitute(e, var, value):
+    if isinstance(e, K.Var):
+        return value if e.name == var else e
+    if isinstance(e, K.Binary):
+        return K.Binary(e.op, _substitute(e.a, var, value), _substitute(e.b, var, value), e.dtype)
+    return e

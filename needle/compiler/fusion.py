@@ -89,6 +89,7 @@ def fuse(folded: FoldedGraph) -> FusedGraph:
     for n in order:
         if id(n) in stored and n.op not in LEAVES:
             groups[id(n)] = _new_group(n)
+    _split_nested_reductions(order, stored, groups, reasons)
     _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, folded.outputs)
     _fuse_reductions(order, stored, consumers, groups, reasons, folded.outputs)
     kernels = []
@@ -135,6 +136,34 @@ def _initial_stored(order, outputs, consumers, reasons) -> set:
             stored.add(id(n))
             reasons.setdefault(id(n), why)
     return stored
+
+
+def _split_nested_reductions(order, stored, groups, reasons) -> None:
+    """A reduction whose input reads reductions over another domain (the sum of a
+    logsumexp, say) gets its input stored: then the inner reductions can fuse as
+    stages of the kernel computing that input, instead of being stored apart."""
+    for r in order:
+        if r.op not in REDUCE:
+            continue
+        top = r.srcs[0]
+        if top.op not in ELEMENTWISE or id(top) in stored:
+            continue
+        domain = (top.shape, r.arg)
+        stack, seen = [top], set()
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            base = n.srcs[0] if n.op == "view" else None
+            if base is not None and base.op in REDUCE and (base.srcs[0].shape, base.arg) != domain:
+                stored.add(id(top))
+                groups[id(top)] = Group("elementwise", top)
+                reasons[id(top)] = "stored so that the reductions it reads fuse into its kernel " \
+                                   "(its reader reduces another domain)"
+                break
+            if n.op in ELEMENTWISE and (n is top or id(n) not in stored):
+                stack.extend(n.srcs)
 
 
 def _new_group(n) -> Group:

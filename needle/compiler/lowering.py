@@ -29,7 +29,7 @@ class Lowering:
         self.param_slot = param_slot
         self.bufs, self.buf_slots, self.names = [], [], {}
         self.params, self.param_index = [], {}
-        self.accs = {}              # id(reduce node) -> accumulator name
+        self.accs = {}              # id(reduce node) -> expression of its result (accumulator)
         self.matmul_value = None    # expression of the fused matmul's result
         self.merged = {}            # id(view node) -> View reshaped to merged loops
         self.direct_shape = None    # layout of stored nodes read without a view
@@ -99,7 +99,7 @@ class Lowering:
     def view_read(self, vnode, index):
         base = vnode.srcs[0]
         if id(base) in self.accs:
-            return K.Var(self.accs[id(base)], base.dtype)
+            return self.accs[id(base)]
         if base is self.group.matmul and self.matmul_value is not None:
             return self.matmul_value
         view = self.merged.get(id(vnode), vnode.arg)
@@ -132,6 +132,8 @@ class Lowering:
     def reduce(self) -> K.Kernel:
         g = self.group
         full, axes = g.domain, g.reduce_axes
+        if self._columns_pay():
+            return self.reduce_columns()
         index = tuple(K.Const(0) if n == 1 else K.Var(("r" if d in axes else "k") + str(d))
                       for d, n in enumerate(full))
         outer = [(f"k{d}", n) for d, n in enumerate(full) if d not in axes and n != 1]
@@ -144,12 +146,12 @@ class Lowering:
             combine = K.Binary("add" if stage.op == "reduce_sum" else "max",
                                K.Var(acc, stage.dtype), value, stage.dtype)
             body.extend(nest_loops(inner, [K.Assign(acc, combine)]))
-            self.accs[id(stage)] = acc
+            self.accs[id(stage)] = K.Var(acc, stage.dtype)
         out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
         if id(g.root) in self.accs:  # the reduction itself is stored
             root_index = tuple(K.Const(0) if d in axes or n == 1 else K.Var(f"k{d}") for d, n in enumerate(full))
             body.append(K.Store(out, linear(root_index, View.contiguous(g.root.shape).strides, 0),
-                                K.Var(self.accs[id(g.root)], g.root.dtype)))
+                                self.accs[id(g.root)]))
         elif not g.epilogue():  # broadcast back: one more pass over the reduced axes
             store = K.Store(out, linear(index, View.contiguous(full).strides, 0), self.gen(g.root, index))
             body.extend(nest_loops(inner, [store]))
@@ -159,6 +161,50 @@ class Lowering:
             body.append(K.Store(out, linear(root_index, View.contiguous(g.root.shape).strides, 0),
                                 self.gen(g.root, root_index)))
         return self.kernel(*nest(outer, body), work=math.prod(full))
+
+
+    def _columns_pay(self) -> bool:
+        """Reduce over leading axes while the last (contiguous) axis is kept: then
+        accumulate whole rows into the output, so the inner loop runs along memory."""
+        g = self.group
+        full, axes = g.domain, g.reduce_axes
+        return (len(g.stages) == 1 and g.epilogue() and full and (len(full) - 1) not in axes
+                and full[-1] >= 8 and g.root.dtype == g.stages[0].dtype)
+
+    def reduce_columns(self) -> K.Kernel:
+        """out[kept] = identity; for each reduced index: out[kept] op= x[...] (inner
+        loop over the last kept axis, contiguous); then out = epilogue(out)."""
+        g = self.group
+        full, axes, stage = g.domain, g.reduce_axes, g.stages[0]
+        last = len(full) - 1
+        outer = [(f"k{d}", n) for d, n in enumerate(full[:-1]) if d not in axes and n != 1]
+        inner = [(f"r{d}", n) for d, n in enumerate(full) if d in axes and n != 1]
+        block = COLUMN_BLOCK if not outer and full[-1] > COLUMN_BLOCK else full[-1]
+        blocks = -(-full[-1] // block)
+        kb, ki = K.Var("kb"), K.Var("ki")
+        col = K.affine([(kb, block), (ki, 1)]) if blocks > 1 else ki
+        index = tuple(col if d == last else K.Const(0) if n == 1 else K.Var(("r" if d in axes else "k") + str(d))
+                      for d, n in enumerate(full))
+        out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
+        kept_index = tuple(K.Const(0) if d in axes else i for d, i in enumerate(index))
+        at = linear(kept_index, View.contiguous(stage.shape).strides, 0)
+        width = K.Binary("min", K.Const(block), K.affine([(kb, -block)], full[-1]), K.INDEX) if blocks > 1 else block
+        current = K.Load(out, at, stage.dtype)
+        combine = K.Binary("add" if stage.op == "reduce_sum" else "max", current,
+                           self.gen(stage.srcs[0], index), stage.dtype)
+        body = [K.Loop("ki", width, [K.Store(out, at, K.Const(identity(stage.op, stage.dtype), stage.dtype))])]
+        body += nest_loops(inner, [K.Loop("ki", width, [K.Store(out, at, combine)])])
+        if g.root is not stage:
+            self.accs[id(stage)] = current
+            kept = iter([K.Var(v) for v, _ in outer] + [col])
+            root_index = tuple(K.Const(0) if n == 1 else next(kept) for n in g.root.shape)
+            body.append(K.Loop("ki", width, [K.Store(out, at, self.gen(g.root, root_index))]))
+        loops = ([("kb", blocks)] if blocks > 1 else []) + outer
+        return self.kernel(*nest(loops, body), work=math.prod(full))
+
+
+#: columns per thread task when a column reduction has no other axis to split
+COLUMN_BLOCK = 512
 
 
 # ---- helpers ---------------------------------------------------------------------------------

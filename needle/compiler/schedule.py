@@ -83,11 +83,11 @@ def plan(outputs, target: str = "cpu") -> tuple:
             slot_kinds[next_slot] = ("out", pos)
             next_slot += 1
         output_slots.append((slot_of_node[id(node)], node.shape, node.dtype))
-    temp_nodes = {}
+    temp_sizes = {}  # slot -> bytes, for intermediate results and scratch buffers
     for g in fused.groups:
         if id(g.root) not in slot_of_node:
             slot_of_node[id(g.root)] = next_slot
-            temp_nodes[next_slot] = g.root
+            temp_sizes[next_slot] = max(g.root.size, 1) * itemsize(g.root.dtype)
             next_slot += 1
 
     def slot_of(node):
@@ -95,17 +95,28 @@ def plan(outputs, target: str = "cpu") -> tuple:
             return leaf_ids[id(node.arg)]
         return slot_of_node[id(node)]
 
-    calls = [_lower(g, fused, slot_of, lambda s: scalar_ids[id(s)], target) for g in fused.groups]
-    temp_bytes = _plan_temps(calls, temp_nodes, slot_kinds)
+    def new_scratch(elements: int, dtype: str) -> int:
+        nonlocal next_slot
+        temp_sizes[next_slot] = max(elements, 1) * itemsize(dtype)
+        next_slot += 1
+        return next_slot - 1
+
+    calls = []
+    for g in fused.groups:
+        calls.extend(_lower(g, fused, slot_of, lambda s: scalar_ids[id(s)], new_scratch, target))
+    temp_bytes = _plan_temps(calls, temp_sizes, slot_kinds)
     schedule = Schedule(calls, len(leaves), len(scalars), output_slots, slot_kinds, temp_bytes)
     return schedule, fused
 
 
-def _lower(g, fused: FusedGraph, slot_of, param_slot, target) -> Call:
-    low = Lowering(g, fused.stored, slot_of, param_slot)
+def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target) -> list:
+    """The calls of one group (a matmul may need packing kernels first)."""
+    def make():
+        return Lowering(g, fused.stored, slot_of, param_slot)
     if g.kind == "matmul":
-        kernel = matmul_tiling.lower(low, target)
-    elif g.kind == "reduce":
+        return [_call(k) for k in matmul_tiling.lower(make, new_scratch, target)]
+    low = make()
+    if g.kind == "reduce":
         kernel = low.reduce()
     elif g.kind == "fill":
         kernel = low.elementwise(None, g.root.shape, View.contiguous(g.root.shape))
@@ -116,10 +127,14 @@ def _lower(g, fused: FusedGraph, slot_of, param_slot, target) -> Call:
         kernel = low.elementwise(g.root.srcs[g.piece], g.domain, out_view)
     else:
         kernel = low.elementwise(g.root, g.domain, View.contiguous(g.domain))
+    return [_call(kernel)]
+
+
+def _call(kernel) -> Call:
     return Call(kernel, kernel.meta["slots"], kernel.meta["params"])
 
 
-def _plan_temps(calls, temp_nodes, slot_kinds) -> list:
+def _plan_temps(calls, temp_sizes, slot_kinds) -> list:
     """Give each intermediate slot a physical buffer, reusing buffers whose
     contents are dead (greedy, in call order)."""
     last_use = {}
@@ -129,9 +144,8 @@ def _plan_temps(calls, temp_nodes, slot_kinds) -> list:
     sizes, free, assigned = [], [], {}
     for i, call in enumerate(calls):
         for s in call.slots:
-            if s in temp_nodes and s not in assigned:
-                node = temp_nodes[s]
-                need = max(node.size, 1) * itemsize(node.dtype)
+            if s in temp_sizes and s not in assigned:
+                need = temp_sizes[s]
                 fit = [b for b in free if sizes[b] >= need]
                 if fit:
                     buf = min(fit, key=lambda b: sizes[b])

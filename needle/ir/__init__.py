@@ -31,13 +31,11 @@ def dump(*tensors, stage: str = "graph") -> str:
 def visualize(*tensors, path: str, stage: str = "graph") -> str:
     """Draw the graph to `path` (.dot, .svg or .png); fused kernels as clusters."""
     outputs = printer.output_nodes(tensors)
-    order = toposort(outputs)
-    num = printer.numbering(order)
     if stage == "graph":
-        clusters = None
-    elif stage == "fused":
+        order = toposort(outputs)
+        return draw.write(draw.dot_text(order, printer.numbering(order), outputs), path)
+    if stage == "fused":
         from ..compiler import stages
-        clusters = stages.kernel_clusters(outputs)
-    else:
-        raise ValueError(f"visualize: stage must be 'graph' or 'fused', got {stage!r}")
-    return draw.write(draw.dot_text(order, num, outputs, clusters), path)
+        order, num, clusters, folded_outputs = stages.kernel_clusters(outputs)
+        return draw.write(draw.dot_text(order, num, folded_outputs, clusters), path)
+    raise ValueError(f"visualize: stage must be 'graph' or 'fused', got {stage!r}")

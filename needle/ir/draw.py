@@ -32,7 +32,7 @@ def dot_text(order, num, outputs, clusters=None) -> str:
         lines.append(f"  subgraph cluster_{ci} {{")
         lines.append(f"    label={_quote(title)}; style=rounded; color=\"#3d85c6\";")
         for n in order:
-            if id(n) in members:
+            if id(n) in members and id(n) not in in_cluster:  # a recomputed node is drawn once
                 in_cluster.add(id(n))
                 lines.append(f"    n{num[id(n)]} [{node_attrs(n, _label(n, num))}];")
         lines.append("  }")

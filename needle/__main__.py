@@ -1,0 +1,54 @@
+"""`python -m needle COMMAND ...` (also the `needle` console script).
+
+Each subcommand is one `add_parser` call in `build_parser` plus one `cmd_*`
+function; the work itself lives in `needle.cli.<command>`, importable from Python.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from .errors import NeedleError
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .cli import train
+    train.run(args)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .cli import train
+
+    parser = argparse.ArgumentParser(prog="python -m needle",
+                                     description="needle: a small lazy deep-learning framework.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = commands.add_parser("train", help="train a classifier on MNIST-format data",
+                            description="Train softmax regression, an MLP or a small CNN on MNIST-format "
+                                        "IDX files (MNIST or Fashion-MNIST) and report test accuracy.")
+    train.add_arguments(p)
+    p.set_defaults(func=cmd_train)
+
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except (NeedleError, ValueError) as e:
+        print(f"needle {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"needle {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

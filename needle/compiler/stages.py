@@ -1,0 +1,88 @@
+"""Text of every compiler stage, for `needle.ir.dump` and `visualize`.
+
+- fused:   the folded graph, kernel by kernel: which nodes each kernel computes,
+           what it stores, and why every boundary is where it is
+- kernels: the loop-nest kernel IR of the schedule
+- llvm:    the LLVM IR module of each kernel (as generated, before O3)
+- cuda:    one CUDA C translation unit holding every kernel
+"""
+from __future__ import annotations
+
+from ..ir import printer
+from ..ir.nodes import toposort
+from .schedule import plan
+
+
+def dump(outputs, stage: str) -> str:
+    target = "cuda" if stage == "cuda" else "cpu"
+    schedule, fused = plan(outputs, target=target)
+    if stage == "fused":
+        return fused_text(fused)
+    if stage == "kernels":
+        return "\n\n".join(c.kernel.text() for c in schedule.calls)
+    if stage == "llvm":
+        from ..runtime import jit
+        return "\n".join(jit.llvm_ir(c.kernel) for c in schedule.calls)
+    if stage == "cuda":
+        from ..codegen import cuda
+        return cuda.render_module([c.kernel for c in schedule.calls])
+    raise ValueError(f"unknown stage {stage!r}")
+
+
+def kernel_members(fused) -> list:
+    """For each kernel group: the folded nodes it evaluates (its root, the inlined
+    nodes below it, its fused stages and matmul)."""
+    out = []
+    for g in fused.groups:
+        root = g.root.srcs[g.piece] if g.kind == "piece" else g.root
+        members, stack, seen = [], [root] + list(g.stages) + ([g.matmul] if g.matmul is not None else []), set()
+        if g.kind == "piece":
+            members.append(g.root)
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            members.append(n)
+            inlined = id(n) not in fused.stored or n is g.root or n is root or n in g.stages or n is g.matmul
+            if n.op != "view" and inlined and n.op not in ("buffer", "const", "param"):
+                stack.extend(n.srcs)
+            elif n.op in ("const", "param"):
+                pass
+        out.append((g, members))
+    return out
+
+
+def fused_text(fused) -> str:
+    order = toposort(fused.folded.outputs)
+    num = printer.numbering(order)
+    lines = []
+    for k, (g, members) in enumerate(kernel_members(fused)):
+        ids = {id(n) for n in members}
+        title = f"kernel {k}: {g.name} ({g.kind}"
+        if g.stages:
+            title += f", {len(g.stages)} reduction stage{'s' if len(g.stages) > 1 else ''}"
+        lines.append(title + ")")
+        for n in order:
+            if id(n) not in ids:
+                continue
+            text = printer.node_line(n, num)
+            note = fused.reasons.get(id(n))
+            if n is g.root or (g.kind == "piece" and n is g.root):
+                note = f"stored: {note}" if note else "stored"
+            lines.append("  " + text + (f"   <- {note}" if note else ""))
+        for note in g.notes:
+            lines.append(f"  note: {note}")
+    lines.append("return " + ", ".join(f"%{num[id(n)]}" for n in fused.folded.outputs))
+    return "\n".join(lines)
+
+
+def kernel_clusters(outputs) -> tuple:
+    """(order, num, clusters) of the folded graph for drawing fused kernels."""
+    _, fused = plan(outputs)
+    order = toposort(fused.folded.outputs)
+    num = printer.numbering(order)
+    clusters = {}
+    for k, (g, members) in enumerate(kernel_members(fused)):
+        clusters[f"kernel {k}: {g.name}"] = {id(n) for n in members if n.op not in ("buffer", "const", "param")}
+    return order, num, clusters, fused.folded.outputs

@@ -1,0 +1,197 @@
+"""Optimizers: SGD (with momentum), Adam and RMSprop, as in the course framework.
+
+Every update is written with Tensor ops on *detached* tensors (`p.data`,
+`p.grad.data`), never with numpy, for two reasons:
+
+- in lazy mode the whole step (all parameters and all optimizer state) becomes
+  one IR graph, which `step()` realizes once at its end — one training step is
+  one schedule, and fusion can merge the many small elementwise updates;
+- detached tensors carry no autograd history, so the graph of the previous
+  iteration is freed as soon as its results are realized.
+
+`step()` never writes into `.grad` (it only reads `p.grad.data`), and keeps each
+parameter's dtype: updates are cast back if a gradient arrives in another dtype.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List
+
+from ..autograd import Tensor
+from ..realize import realize
+
+__all__ = ["Optimizer", "SGD", "Adam", "RMSprop", "lr_scheduler"]
+
+
+class Optimizer:
+    """Base class: holds the parameter list and the learning rate `lr`.
+
+    Subclasses implement `_update(index, param, grad)`, returning the new
+    parameter value; the base class skips parameters without a gradient,
+    assigns the results and realizes everything once.
+    """
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.01):
+        self.params: List[Tensor] = list(params)
+        self.lr = lr
+
+    def step(self) -> None:
+        """Apply one update to every parameter that has a gradient."""
+        self._begin_step()
+        updated = []
+        for i, param in enumerate(self.params):
+            grad = getattr(param, "grad", None)  # a fresh Tensor has no .grad attribute
+            if grad is None:
+                continue
+            grad = grad.data
+            if grad.dtype != param.dtype:
+                grad = grad.astype(param.dtype)
+            new_value = self._update(i, param, grad)
+            param.data = new_value
+            updated.append(param)
+        # One realize for the parameters and the state: one graph per training step.
+        realize(*updated, *self.state_tensors())
+
+    def reset_grad(self) -> None:
+        """Forget all gradients (the course name; `zero_grad` is PyTorch's)."""
+        for param in self.params:
+            param.grad = None
+
+    zero_grad = reset_grad
+
+    # ---- for subclasses -----------------------------------------------------------------
+    def _begin_step(self) -> None:
+        """Hook run once per step before the per-parameter updates (Adam's t += 1)."""
+
+    def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
+        raise NotImplementedError()
+
+    def state_tensors(self) -> List[Tensor]:
+        """Every tensor of optimizer state (momentum buffers, moments)."""
+        return []
+
+
+def _with_weight_decay(grad: Tensor, param: Tensor, weight_decay: float) -> Tensor:
+    """L2 regularization folded into the gradient: grad + wd * p (course and PyTorch)."""
+    if weight_decay:
+        return grad + param.data * weight_decay
+    return grad
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with the course's momentum rule:
+
+        u = momentum * u_prev + (1 - momentum) * grad     (u_prev = 0 at first)
+        p = p - lr * u
+
+    Note the (1 - momentum) damping: this is an exponential moving average of
+    gradients, not PyTorch's `u = momentum * u + grad`.
+    """
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.01, momentum: float = 0.0,
+                 weight_decay: float = 0.0):
+        super().__init__(params, lr)
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.u: Dict[int, Tensor] = {}
+
+    def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
+        grad = _with_weight_decay(grad, param, self.weight_decay)
+        if self.momentum:
+            u_prev = self.u.get(index)
+            u = grad * (1 - self.momentum)
+            if u_prev is not None:
+                u = u_prev * self.momentum + u
+            self.u[index] = u
+        else:
+            u = grad
+        return param.data - u * self.lr
+
+    def state_tensors(self) -> List[Tensor]:
+        return list(self.u.values())
+
+
+class Adam(Optimizer):
+    """Adam with bias correction, the course's update (t counts steps, not parameters):
+
+        m = beta1 m + (1 - beta1) grad ;  v = beta2 v + (1 - beta2) grad^2
+        p = p - lr * m_hat / (sqrt(v_hat) + eps),  m_hat = m / (1 - beta1^t), v_hat likewise
+    """
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.01, beta1: float = 0.9,
+                 beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0):
+        super().__init__(params, lr)
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.eps = eps
+        self.weight_decay = weight_decay
+        self.t = 0
+        self.m: Dict[int, Tensor] = {}
+        self.v: Dict[int, Tensor] = {}
+
+    def _begin_step(self) -> None:
+        self.t += 1
+
+    def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
+        grad = _with_weight_decay(grad, param, self.weight_decay)
+        m = grad * (1 - self.beta1)
+        v = (grad ** 2) * (1 - self.beta2)
+        if index in self.m:
+            m = self.m[index] * self.beta1 + m
+            v = self.v[index] * self.beta2 + v
+        self.m[index], self.v[index] = m, v
+        m_hat = m / (1 - self.beta1 ** self.t)
+        v_hat = v / (1 - self.beta2 ** self.t)
+        return param.data - (m_hat / (v_hat ** 0.5 + self.eps)) * self.lr
+
+    def state_tensors(self) -> List[Tensor]:
+        return list(self.m.values()) + list(self.v.values())
+
+
+class RMSprop(Optimizer):
+    """RMSprop with PyTorch's semantics (`torch.optim.RMSprop`):
+
+        square_avg = alpha * square_avg + (1 - alpha) * grad^2      (starts at 0)
+        avg = sqrt(square_avg) + eps      (centered: sqrt(square_avg - grad_avg^2) + eps)
+        p = p - lr * grad / avg           (momentum: buf = momentum buf + grad / avg; p -= lr buf)
+    """
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.01, alpha: float = 0.99,
+                 eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0,
+                 centered: bool = False):
+        super().__init__(params, lr)
+        self.alpha = alpha
+        self.eps = eps
+        self.weight_decay = weight_decay
+        self.momentum = momentum
+        self.centered = centered
+        self.square_avg: Dict[int, Tensor] = {}
+        self.grad_avg: Dict[int, Tensor] = {}
+        self.buf: Dict[int, Tensor] = {}
+
+    def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
+        grad = _with_weight_decay(grad, param, self.weight_decay)
+        square_avg = (grad ** 2) * (1 - self.alpha)
+        if index in self.square_avg:
+            square_avg = self.square_avg[index] * self.alpha + square_avg
+        self.square_avg[index] = square_avg
+        if self.centered:
+            grad_avg = grad * (1 - self.alpha)
+            if index in self.grad_avg:
+                grad_avg = self.grad_avg[index] * self.alpha + grad_avg
+            self.grad_avg[index] = grad_avg
+            avg = (square_avg - grad_avg ** 2) ** 0.5 + self.eps
+        else:
+            avg = square_avg ** 0.5 + self.eps
+        step = grad / avg
+        if self.momentum:
+            if index in self.buf:
+                step = self.buf[index] * self.momentum + step
+            self.buf[index] = step
+        return param.data - step * self.lr
+
+    def state_tensors(self) -> List[Tensor]:
+        return (list(self.square_avg.values()) + list(self.grad_avg.values())
+                + list(self.buf.values()))
+
+
+from . import lr_scheduler  # noqa: E402,F401
