@@ -17,6 +17,8 @@ from . import config
 from .backend_selection import BACKEND, Device, NDArray, array_api, cpu
 from .dtypes import dtype_name
 from .errors import DeviceError, DTypeError, ShapeError, fmt_shape
+from .ir import build as ir_build
+from .ir.lazy import as_lazy
 
 #: lazy mode: ops record IR and compute nothing until data is needed (SPEC "Lazy mode").
 LAZY_MODE = config.LAZY and BACKEND == "nd"
@@ -111,7 +113,6 @@ class Value:
         if data is None:
             return self.realize_cached_data()
         if LAZY_MODE and BACKEND == "nd":
-            from .ir.lazy import as_lazy
             return tuple(as_lazy(x) for x in data) if isinstance(data, tuple) else as_lazy(data)
         if getattr(data, "is_lazy", False) or (isinstance(data, tuple) and any(getattr(x, "is_lazy", False)
                                                                               for x in data)):
@@ -151,12 +152,12 @@ class Value:
         # eager: compute now; lazy: record the IR now.  Either way bad shapes raise here.
         args = [x._compute_input() for x in inputs]
         if LAZY_MODE:
-            from .ir import build
-            previous, build.ORIGIN[0] = build.ORIGIN[0], op.name
+            origin = ir_build.ORIGIN
+            previous, origin[0] = origin[0], op.name
             try:
                 value._cached_data = op.compute(*args)
             finally:
-                build.ORIGIN[0] = previous
+                origin[0] = previous
         else:
             value._cached_data = op.compute(*args)
         if not value.requires_grad:

@@ -68,8 +68,11 @@ BOOL_OPS = ("eq", "ne", "lt", "le", "max", "min")
 def check_elementwise(op: str, dtype: str, shapes=None) -> None:
     """The one dtype rule for elementwise ops, shared by eager arrays and the IR so
     that both modes accept and reject the same programs."""
-    where = "" if shapes is None else " (operands " + ", ".join(fmt_shape(s) for s in shapes) + ")"
-    if op in FLOAT_ONLY and not is_float(dtype):
-        raise DTypeError(f"{op}: expects floating dtypes, got {dtype}{where}; cast first")
+    if op in FLOAT_ONLY and dtype not in FLOATS:
+        raise DTypeError(f"{op}: expects floating dtypes, got {dtype}{_operands(shapes)}; cast first")
     if dtype == "bool" and op not in BOOL_OPS:
-        raise DTypeError(f"{op}: not defined for bool{where}; cast first")
+        raise DTypeError(f"{op}: not defined for bool{_operands(shapes)}; cast first")
+
+
+def _operands(shapes) -> str:
+    return "" if shapes is None else " (operands " + ", ".join(fmt_shape(s) for s in shapes) + ")"

@@ -37,6 +37,14 @@ class Var:
 
 
 @dataclass(frozen=True)
+class Special:
+    """A hardware index: tid / bid / bdim / gdim (CUDA threadIdx.x, blockIdx.x,
+    blockDim.x, gridDim.x).  The CPU renderer rejects it."""
+    name: str
+    dtype: str = INDEX
+
+
+@dataclass(frozen=True)
 class Param:
     index: int
     dtype: str
@@ -220,6 +228,8 @@ def expr_str(e) -> str:
         return e.name
     if isinstance(e, Param):
         return f"p{e.index}"
+    if isinstance(e, Special):
+        return e.name
     if isinstance(e, Load):
         text = f"{e.buf}[{expr_str(e.index)}]"
         return text if e.valid is None else f"({expr_str(e.valid)} ? {text} : 0)"

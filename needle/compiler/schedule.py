@@ -113,6 +113,9 @@ def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target) -> li
     """The calls of one group (a matmul may need packing kernels first)."""
     def make():
         return Lowering(g, fused.stored, slot_of, param_slot)
+    if target == "cuda":
+        from . import cuda_lowering
+        return [_call(k) for k in cuda_lowering.lower(g, make, new_scratch)]
     if g.kind == "matmul":
         return [_call(k) for k in matmul_tiling.lower(make, new_scratch, target)]
     low = make()

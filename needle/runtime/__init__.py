@@ -28,11 +28,13 @@ def realize_later(value) -> None:
 def realize_nodes(nodes) -> None:
     """Compute every pending node in `nodes` (one schedule per device)."""
     wanted, seen = [], set()
-    for n in list(nodes) + list(_opportunistic):
+    extra = list(_opportunistic) if _opportunistic else ()
+    for n in list(nodes) + list(extra):
         if n.realized is None and id(n) not in seen:
             seen.add(id(n))
             wanted.append(n)
-    _opportunistic.clear()
+    if extra:
+        _opportunistic.clear()
     by_device = {}
     for n in wanted:
         by_device.setdefault(n.device, []).append(n)
@@ -40,13 +42,18 @@ def realize_nodes(nodes) -> None:
         executor_for(device).realize(group)
 
 
+_executors = {}
+
+
 def executor_for(device):
     """The module whose `realize(nodes)` computes nodes living on `device`."""
-    if device.name == "cpu":
-        from . import cpu
-        return cpu
-    if device.name == "cuda":
-        from . import cuda
-        return cuda
-    from . import reference_executor
-    return reference_executor
+    executor = _executors.get(device.name)
+    if executor is None:
+        if device.name == "cpu":
+            from . import cpu as executor
+        elif device.name == "cuda":
+            from . import cuda as executor
+        else:
+            from . import reference_executor as executor
+        _executors[device.name] = executor
+    return executor

@@ -9,6 +9,7 @@ pays), and turn the requested nodes into buffers.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 import time
 
@@ -40,6 +41,7 @@ class CompiledSchedule:
                                [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
         self.call_slots = [np.asarray(c.slots, dtype=np.intp) for c in schedule.calls]
         self.call_params = [np.asarray(c.params, dtype=np.intp) for c in schedule.calls]
+        self.outputs = [(slot, shape, np_dtype(dtype), math.prod(shape)) for slot, shape, dtype in schedule.outputs]
         self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
         threads = config.THREADS
@@ -54,12 +56,12 @@ class CompiledSchedule:
             handle = leaf._handle
             ptrs[i] = handle.ctypes.data + leaf.offset * handle.itemsize
         outputs, out_arrays = [], {}
-        for slot, shape, dtype in s.outputs:
+        for slot, shape, dtype, size in self.outputs:
             arr = out_arrays.get(slot)
             if arr is None:
-                arr = out_arrays[slot] = np.empty(max(int(np.prod(shape)), 1), dtype=np_dtype(dtype))
+                arr = out_arrays[slot] = np.empty(max(size, 1), dtype=dtype)
                 ptrs[slot] = arr.ctypes.data
-            outputs.append(NDArray.make(shape, device=device, handle=arr[:int(np.prod(shape))], dtype=dtype))
+            outputs.append(NDArray.make(shape, device=device, handle=arr if size else arr[:0], dtype=dtype.name))
         temps = [POOL.acquire(n) for n in s.temp_bytes]
         for slot, buf in self.temp_slots:
             ptrs[slot] = temps[buf].ctypes.data
