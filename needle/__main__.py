@@ -18,12 +18,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .cli import compare
+    report = compare.run(args)
+    return 0 if all(e["agree"] for e in report["workloads"].values()) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from .cli import train
+    from .cli import compare, train
 
     parser = argparse.ArgumentParser(prog="python -m needle",
                                      description="needle: a small lazy deep-learning framework.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = commands.add_parser("compare", help="time the built-in workloads eager vs fused",
+                            description="Run the built-in workloads in three modes (eager numpy, eager "
+                                        "compiled, lazy fused), print a table and check they agree.")
+    compare.add_arguments(p)
+    p.set_defaults(func=cmd_compare)
 
     p = commands.add_parser("train", help="train a classifier on MNIST-format data",
                             description="Train softmax regression, an MLP or a small CNN on MNIST-format "

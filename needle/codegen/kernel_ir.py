@@ -45,6 +45,16 @@ class Special:
 
 
 @dataclass(frozen=True)
+class Shuffle:
+    """CUDA warp exchange: the value of `x` held by lane (lane ^ mask) of this warp
+    (`__shfl_xor_sync` over the full warp, so every lane must execute it).  Used by
+    the CUDA lowering's reduction trees; the CPU renderer rejects it."""
+    x: object
+    mask: int
+    dtype: str
+
+
+@dataclass(frozen=True)
 class Param:
     index: int
     dtype: str
@@ -230,6 +240,8 @@ def expr_str(e) -> str:
         return f"p{e.index}"
     if isinstance(e, Special):
         return e.name
+    if isinstance(e, Shuffle):
+        return f"shuffle_xor({expr_str(e.x)}, {e.mask})"
     if isinstance(e, Load):
         text = f"{e.buf}[{expr_str(e.index)}]"
         return text if e.valid is None else f"({expr_str(e.valid)} ? {text} : 0)"

@@ -51,6 +51,7 @@ class _Renderer:
         self.mutable = {}   # declared vars: name -> (alloca, dtype)
         self.locals = {}    # local arrays: name -> (alloca, dtype)
         self.vector = None  # (loop var, width) while rendering a vector loop body
+        self.vector_vars = set()  # lets bound to vector values
 
     # ---- functions ------------------------------------------------------------------------
     def emit(self) -> None:
@@ -137,6 +138,8 @@ class _Renderer:
             self._stmts(s.body)
             self.scopes.pop()
             self.vector = None
+            self.vector_vars.clear()
+            self.__dict__.pop("_dep_memo", None)
             return
         b = self.b
         if s.kind == "parallel":
@@ -167,7 +170,12 @@ class _Renderer:
         b.position_at_end(exit_)
 
     def _s_Let(self, s: K.Let) -> None:
-        self.vars[s.var] = self.expr(s.expr)
+        value = self.expr(s.expr)
+        self.vars[s.var] = value
+        if isinstance(value.type, ir.VectorType):
+            self.vector_vars.add(s.var)
+        else:
+            self.vector_vars.discard(s.var)
 
     def _s_Declare(self, s: K.Declare) -> None:
         with self.b.goto_block(self.entry):
@@ -288,15 +296,16 @@ class _Renderer:
         x = self.expr(e.x)
         op, dtype, b = e.op, e.dtype, self.b
         if op == "neg":
-            return b.fneg(x) if is_float(dtype) else b.sub(self._zero(dtype), x)
+            return b.fneg(x) if is_float(dtype) else b.sub(self._zero(dtype, x), x)
         if op == "not":
-            return b.xor(x, ir.Constant(I1, 1))
+            return b.xor(x, self._const(1, "bool", x))
         if op == "abs":
             if is_float(dtype):
                 return self._call_intrinsic("llvm.fabs", dtype, [x])
             if dtype in ("uint8", "bool"):
                 return x
-            return b.select(b.icmp_signed("<", x, self._zero(dtype)), b.sub(self._zero(dtype), x), x)
+            zero = self._zero(dtype, x)
+            return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
         if op == "sqrt":
             return self._call_intrinsic("llvm.sqrt", dtype, [x])
         if dtype == "float32":
@@ -304,14 +313,14 @@ class _Renderer:
         if op in ("exp", "log"):
             return self._call_intrinsic("llvm." + op, dtype, [x])
         if op == "tanh":
+            if isinstance(x.type, ir.VectorType):
+                raise ValueError("LLVM renderer: float64 tanh is not supported in vector loops")
             return b.call(self._extern("tanh", F64, [F64]), [x])
         raise ValueError(f"LLVM renderer: unknown unary op {op}")
 
     def _e_Binary(self, e: K.Binary):
-        if self.vector is not None and self._depends(e, self.vector[0]):
-            return self._vector_binary(e)
-        return self._binary(e.op, self.expr(e.a), self.expr(e.b), e.a.dtype if e.op in K.COMPARE else e.dtype,
-                            e.b)
+        a, b_ = self._unify(self.expr(e.a), self.expr(e.b))
+        return self._binary(e.op, a, b_, e.a.dtype if e.op in K.COMPARE else e.dtype, e.b)
 
     def _binary(self, op, a, b_, dtype, b_expr=None):
         b = self.b
@@ -325,7 +334,8 @@ class _Renderer:
                 return self._pow(a, b_, dtype, b_expr)
             if op in ("max", "min"):
                 return self._call_intrinsic("llvm.maximum" if op == "max" else "llvm.minimum", dtype, [a, b_])
-            return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op](a, b_)
+            # contract: a*b + c may become one fma (as C compilers do by default)
+            return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op](a, b_, flags=("contract",))
         signed = dtype not in ("uint8", "bool")
         cmp = b.icmp_signed if signed else b.icmp_unsigned
         if op in K.COMPARE:
@@ -343,7 +353,7 @@ class _Renderer:
         b = self.b
         if isinstance(exponent, K.Const):
             c = float(exponent.value)
-            one = ir.Constant(TYPES[dtype], 1.0)
+            one = self._const(1.0, dtype, a)
             if c == 1:
                 return a
             if c == 2:
@@ -361,7 +371,11 @@ class _Renderer:
         return self._call_intrinsic("llvm.pow", dtype, [a, b_])
 
     def _e_Where(self, e: K.Where):
-        return self.b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+        a, b_ = self._unify(self.expr(e.a), self.expr(e.b))
+        cond = self.expr(e.cond)
+        if isinstance(cond.type, ir.VectorType) and not isinstance(a.type, ir.VectorType):
+            a, b_ = self._splat(a, e.dtype, cond.type.count), self._splat(b_, e.dtype, cond.type.count)
+        return self.b.select(cond, a, b_)
 
     def _e_Cast(self, e: K.Cast):
         return self.cast(self.expr(e.x), e.x.dtype, e.dtype)
@@ -370,33 +384,54 @@ class _Renderer:
         b = self.b
         if src == dst:
             return x
+        ty = self._ty(dst, x)
         if dst == "bool":
-            return b.fcmp_unordered("!=", x, self._zero(src)) if is_float(src) else b.icmp_unsigned("!=", x, self._zero(src))
+            zero = self._zero(src, x)
+            return b.fcmp_unordered("!=", x, zero) if is_float(src) else b.icmp_unsigned("!=", x, zero)
         if is_float(src) and is_float(dst):
-            return b.fpext(x, TYPES[dst]) if dst == "float64" else b.fptrunc(x, TYPES[dst])
+            return b.fpext(x, ty) if dst == "float64" else b.fptrunc(x, ty)
         if is_float(src):
-            return b.fptosi(x, TYPES[dst]) if dst != "uint8" else b.trunc(b.fptosi(x, I32), I8)
+            return b.fptosi(x, ty) if dst != "uint8" else b.trunc(b.fptosi(x, self._ty("int32", x)), ty)
         unsigned = src in ("uint8", "bool")
         if is_float(dst):
-            return b.uitofp(x, TYPES[dst]) if unsigned else b.sitofp(x, TYPES[dst])
+            return b.uitofp(x, ty) if unsigned else b.sitofp(x, ty)
         sw, dw = TYPES[src].width, TYPES[dst].width
         if sw > dw:
-            return b.trunc(x, TYPES[dst])
-        return b.zext(x, TYPES[dst]) if unsigned else b.sext(x, TYPES[dst])
+            return b.trunc(x, ty)
+        return b.zext(x, ty) if unsigned else b.sext(x, ty)
 
     # ---- helpers --------------------------------------------------------------------------
-    def _zero(self, dtype):
-        return ir.Constant(TYPES[dtype], 0.0 if is_float(dtype) else 0)
+    def _ty(self, dtype, like=None):
+        """The LLVM type of `dtype`, as a vector when `like` is one."""
+        if like is not None and isinstance(like.type, ir.VectorType):
+            return ir.VectorType(TYPES[dtype], like.type.count)
+        return TYPES[dtype]
+
+    def _const(self, value, dtype, like=None):
+        value = float(value) if is_float(dtype) else int(value)
+        ty = self._ty(dtype, like)
+        return ir.Constant(ty, [value] * ty.count if isinstance(ty, ir.VectorType) else value)
+
+    def _zero(self, dtype, like=None):
+        return self._const(0, dtype, like)
+
+    def _unify(self, *values):
+        """Broadcast scalars to the vector width when any operand is a vector."""
+        width = next((v.type.count for v in values if isinstance(v.type, ir.VectorType)), None)
+        if width is None:
+            return values
+        return tuple(v if isinstance(v.type, ir.VectorType) else self._splat_value(v, width) for v in values)
 
     def _to_memory(self, value, dtype):
-        return self.b.zext(value, I8) if dtype == "bool" else value
+        return self.b.zext(value, self._ty("uint8", value)) if dtype == "bool" else value
 
     def _from_memory(self, value, dtype):
-        return self.b.icmp_unsigned("!=", value, ir.Constant(I8, 0)) if dtype == "bool" else value
+        return self.b.icmp_unsigned("!=", value, self._zero("uint8", value)) if dtype == "bool" else value
 
     def _call_intrinsic(self, name, dtype, args, fastmath=()):
-        suffix = {"float32": "f32", "float64": "f64"}[dtype]
-        ty = TYPES[dtype]
+        ty = args[0].type
+        scalar = {"float32": "f32", "float64": "f64"}[dtype]
+        suffix = f"v{ty.count}{scalar}" if isinstance(ty, ir.VectorType) else scalar
         fn = self._extern(f"{name}.{suffix}", ty, [ty] * len(args))
         return self.b.call(fn, args, fastmath=fastmath)
 
@@ -427,7 +462,7 @@ class _Renderer:
         if key in memo:
             return memo[key][1]
         if isinstance(e, K.Var):
-            out = e.name == var
+            out = e.name == var or e.name in self.vector_vars
         elif isinstance(e, (K.Const, K.Param)):
             out = False
         elif isinstance(e, (K.Load, K.Store)):
@@ -448,7 +483,7 @@ class _Renderer:
         """The index at lane 0 and its step per lane (must be 1: contiguous)."""
         var, _ = self.vector
         base = _substitute(index, var, K.Const(0))
-        stride = _derivative(index, var)
+        stride = _derivative(index, var, lambda e: not self._depends(e, var))
         if stride != 1:
             raise ValueError(f"LLVM renderer: vector access with stride {stride} (only contiguous is supported)")
         return self.expr(base)
@@ -465,54 +500,48 @@ class _Renderer:
             raise ValueError("LLVM renderer: guarded loads are not supported in vector loops")
         ptr, dtype = self._vector_ptr(e.buf, e.index)
         # only element alignment is known (numpy buffers, offsets into locals)
-        return self.b.load(ptr, typ=ir.VectorType(MEMORY_TYPES[dtype], self.vector[1]), align=_ALIGN[dtype])
+        value = self.b.load(ptr, typ=ir.VectorType(MEMORY_TYPES[dtype], self.vector[1]), align=_ALIGN[dtype])
+        return self._from_memory(value, dtype)
 
     def _vector_store(self, s: K.Store) -> None:
         if s.valid is not None and self._depends(s.valid, self.vector[0]):
             raise ValueError("LLVM renderer: lane-dependent store guards are not supported in vector loops")
         ptr, dtype = self._vector_ptr(s.buf, s.index)
-        value = self._splat(self.expr(s.value), dtype)
+        value = self._to_memory(self._splat(self.expr(s.value), dtype), dtype)
         if s.valid is None:
             self.b.store(value, ptr, align=_ALIGN[dtype])
         else:
             with self.b.if_then(self.expr(s.valid)):
                 self.b.store(value, ptr, align=_ALIGN[dtype])
 
-    def _splat(self, value, dtype):
-        width = self.vector[1]
+    def _splat(self, value, dtype, width=None):
         if isinstance(value.type, ir.VectorType):
             return value
-        ty = ir.VectorType(TYPES[dtype], width)
+        return self._splat_value(value, width or self.vector[1])
+
+    def _splat_value(self, value, width):
+        ty = ir.VectorType(value.type, width)
         vec = self.b.insert_element(ir.Constant(ty, ir.Undefined), value, ir.Constant(I32, 0))
-        return self.b.shuffle_vector(vec, ir.Constant(ty, ir.Undefined), ir.Constant(ir.VectorType(I32, width), [0] * width))
-
-    def _vector_binary(self, e: K.Binary):
-        dtype = e.dtype
-        a = self._splat(self.expr(e.a), dtype)
-        b_ = self._splat(self.expr(e.b), dtype)
-        b = self.b
-        if not is_float(dtype) or e.op not in ("add", "sub", "mul", "max"):
-            raise ValueError(f"LLVM renderer: {e.op} on {dtype} is not supported in vector loops")
-        if e.op == "max":
-            name = f"llvm.maximum.v{self.vector[1]}{'f32' if dtype == 'float32' else 'f64'}"
-            ty = a.type
-            return b.call(self._extern(name, ty, [ty, ty]), [a, b_])
-        return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul}[e.op](a, b_, flags=FAST)
+        return self.b.shuffle_vector(vec, ir.Constant(ty, ir.Undefined),
+                                     ir.Constant(ir.VectorType(I32, width), [0] * width))
 
 
-def _derivative(e, var):
-    """d(e)/d(var) for affine integer expressions; None when not affine."""
+def _derivative(e, var, constant=lambda e: False):
+    """d(e)/d(var) for affine integer expressions; None when not affine.
+    `constant(e)` tells subexpressions known not to depend on var."""
+    if constant(e):
+        return 0
     if isinstance(e, K.Var):
         return 1 if e.name == var else 0
     if isinstance(e, (K.Const, K.Param)):
         return 0
     if isinstance(e, K.Binary) and e.op in ("add", "sub"):
-        da, db = _derivative(e.a, var), _derivative(e.b, var)
+        da, db = _derivative(e.a, var, constant), _derivative(e.b, var, constant)
         if da is None or db is None:
             return None
         return da + db if e.op == "add" else da - db
     if isinstance(e, K.Binary) and e.op == "mul":
-        da, db = _derivative(e.a, var), _derivative(e.b, var)
+        da, db = _derivative(e.a, var, constant), _derivative(e.b, var, constant)
         if da == 0 and isinstance(e.a, K.Const) and db is not None:
             return e.a.value * db
         if db == 0 and isinstance(e.b, K.Const) and da is not None:
@@ -526,6 +555,6 @@ def _derivative(e, var):
 def _substitute(e, var, value):
     if isinstance(e, K.Var):
         return value if e.name == var else e
-    if isinstance(e, K.Binary):
+    if isinstance(e, K.Binary) and e.op in ("add", "sub", "mul"):
         return K.Binary(e.op, _substitute(e.a, var, value), _substitute(e.b, var, value), e.dtype)
     return e

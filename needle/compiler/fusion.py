@@ -19,6 +19,7 @@ Every boundary gets a reason (`FusedGraph.reasons`), shown by
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..ir.nodes import ELEMENTWISE, REDUCE, toposort
@@ -75,23 +76,35 @@ class FusedGraph:
     stored: set          # ids of stored nodes
     reasons: dict        # id(node) -> why it is stored / how it was fused
     order: list          # folded nodes, topological
+    outputs: list        # the stored node holding each output (a reshaped output is its base)
+
+
+def output_node(out):
+    """The node to store for output `out`: a stored result read in memory order (a
+    reshape of a matmul, say) is the output itself, with the output's shape."""
+    if out.op == "view":
+        base, view = out.srcs[0], out.arg
+        if base.op not in LEAVES and view.is_contiguous() and view.offset == 0 and base.size == out.size:
+            return base
+    return out
 
 
 def fuse(folded: FoldedGraph) -> FusedGraph:
+    outputs = [output_node(o) for o in folded.outputs]
     order = toposort(folded.outputs)
     consumers = {id(n): [] for n in order}
     for n in order:
         for s in n.srcs:
             consumers[id(s)].append(n)
     reasons = dict(folded.reasons)
-    stored = _initial_stored(order, folded.outputs, consumers, reasons)
+    stored = _initial_stored(order, outputs, consumers, reasons)
     groups = {}
     for n in order:
         if id(n) in stored and n.op not in LEAVES:
             groups[id(n)] = _new_group(n)
     _split_nested_reductions(order, stored, groups, reasons)
-    _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, folded.outputs)
-    _fuse_reductions(order, stored, consumers, groups, reasons, folded.outputs)
+    _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, outputs)
+    _fuse_reductions(order, stored, consumers, groups, reasons, outputs)
     kernels = []
     for n in order:
         g = groups.get(id(n))
@@ -101,7 +114,7 @@ def fuse(folded: FoldedGraph) -> FusedGraph:
             kernels.extend(_assemble_groups(n))
         else:
             kernels.append(g)
-    return FusedGraph(folded, kernels, stored, reasons, order)
+    return FusedGraph(folded, kernels, stored, reasons, order, outputs)
 
 
 def _initial_stored(order, outputs, consumers, reasons) -> set:
@@ -196,13 +209,13 @@ def _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, outputs) -
         if m.op != "matmul" or id(m) in out_ids:
             continue
         readers = consumers[id(m)]
-        if len(readers) != 1 or readers[0].op != "view" or readers[0].arg != View.contiguous(m.shape):
-            reasons[id(m)] = "matmul: its result is not read once as is, so no epilogue fusion"
+        if len(readers) != 1 or readers[0].op != "view" or not _same_memory_order(readers[0].arg, m.size):
+            reasons[id(m)] = "matmul: its result is not read once in memory order, so no epilogue fusion"
             continue
         node = readers[0]
         while id(node) not in stored:
             up = consumers[id(node)]
-            if len(up) != 1 or up[0].op not in ELEMENTWISE or up[0].shape != m.shape:
+            if len(up) != 1 or up[0].op not in ELEMENTWISE or up[0].shape != readers[0].shape:
                 node = None
                 break
             node = up[0]
@@ -215,6 +228,11 @@ def _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, outputs) -
         g.kind, g.matmul = "matmul", m
         g.notes.append(f"epilogue fused into matmul {m.type_str()}")
         reasons[id(m)] = f"fused into the kernel of its epilogue ({node.op})"
+
+
+def _same_memory_order(view: View, size: int) -> bool:
+    """The view reads a stored result as is, possibly reshaped (conv's output)."""
+    return view.is_contiguous() and view.offset == 0 and math.prod(view.shape) == size
 
 
 def _fuse_reductions(order, stored, consumers, groups, reasons, outputs) -> None:

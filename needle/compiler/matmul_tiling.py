@@ -25,8 +25,8 @@ from ..dtypes import itemsize
 from .lowering import Lowering, linear, nest
 from .views import View
 
-KC = 256        # K block: an A panel (KC x MR) stays in L1, a B panel (KC x NR) in L2
-MC_PANELS = 24  # A panels per row block (MC = 24 * MR rows in L2)
+KC = 512        # K block: a B panel (KC x NR) is reused from L1/L2 by every A panel of a block
+MC_PANELS = 12  # A panels per row block (MC = 12 * MR rows, an A block of ~200 KB in L2)
 SMALL = 48 ** 3  # below this many multiply-adds the plain loop nest wins
 
 
@@ -62,7 +62,7 @@ class Tiling:
         self.KB = -(-self.K // KC)
         self.MP, self.NP = -(-self.M // self.MR), -(-self.N // self.NR)
         from .. import config
-        per_thread = -(-self.MP // max(1, 2 * config.THREADS))
+        per_thread = -(-self.MP // max(1, 2 * config.THREADS))  # at least two blocks per thread
         self.MCP = max(1, min(MC_PANELS, per_thread))
         self.IB = -(-self.MP // self.MCP)
         self.ap = new_scratch(self.BT * self.KB * self.MP * KC * self.MR, m.dtype)
@@ -75,14 +75,12 @@ class Tiling:
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""
-        out, rest = [], bt
-        for d, n in reversed(list(enumerate(self.batch))):
-            out.append(K.Const(0) if n == 1 else K.Binary("imod", rest, K.Const(n), K.INDEX))
-            rest = K.Binary("idiv", rest, K.Const(n), K.INDEX)
-        return tuple(reversed(out))
+        return _unravel(bt, self.batch)
 
     def pack(self, operand, slot, panels, width, rows_first: bool) -> K.Kernel:
-        """packed[q][kk][w] = operand at (row or col = panel * width + w, k = pc * KC + kk)."""
+        """packed[q][kk][w] = operand at (row or col = panel * width + w, k = pc * KC + kk).
+        Whole panels copy without checks, looping along whichever of w and k is
+        contiguous in the source; panels on the ragged edge check and pad with zeros."""
         low = self.make()
         dtype = self.m.dtype
         out = low.buffer(slot, dtype, "out")
@@ -94,13 +92,25 @@ class Tiling:
         outer = K.affine([(p, width), (w, 1)])        # row (A) or column (B)
         k = K.affine([(pc, KC), (kk, 1)])
         limit = self.M if rows_first else self.N
+        at = K.affine([(q, KC * width), (kk, width), (w, 1)])
+
+        def operand_at(o, kx):
+            return low.gen(operand, self.batch_index(bt) + ((o, kx) if rows_first else (kx, o)))
+
+        plain = K.Store(out, at, operand_at(outer, k))
         valid = K.land(K.Binary("lt", outer, K.Const(limit), "bool"), K.Binary("lt", k, K.Const(self.K), "bool"))
-        outer_c = K.Binary("min", outer, K.Const(limit - 1), K.INDEX)
-        k_c = K.Binary("min", k, K.Const(self.K - 1), K.INDEX)
-        index = self.batch_index(bt) + ((outer_c, k_c) if rows_first else (k_c, outer_c))
-        value = K.Where(valid, low.gen(operand, index), K.Const(0, dtype), dtype)
-        store = K.Store(out, K.affine([(q, KC * width), (kk, width), (w, 1)]), value)
-        body = [K.Loop("kk", KC, [K.Loop("w", width, [store])])]
+        clamped = operand_at(K.Binary("min", outer, K.Const(limit - 1), K.INDEX),
+                             K.Binary("min", k, K.Const(self.K - 1), K.INDEX))
+        checked = K.Store(out, at, K.Where(valid, clamped, K.Const(0, dtype), dtype))
+        w_inner = _contiguous_along(operand, -2 if rows_first else -1)
+        if w_inner:
+            fast = [K.Loop("kk", KC, [K.Loop("w", width, [plain])])]
+        else:
+            fast = [K.Loop("w", width, [K.Loop("kk", KC, [plain])])]
+        slow = [K.Loop("kk", KC, [K.Loop("w", width, [checked])])]
+        whole = K.land(K.Binary("le", K.affine([(p, width)], width), K.Const(limit), "bool"),
+                       K.Binary("le", K.affine([(pc, KC)], KC), K.Const(self.K), "bool"))
+        body = [K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
         total = self.BT * per_batch
         return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=total * KC * width)
 
@@ -156,18 +166,55 @@ class Tiling:
         total = K.Binary("add", previous, K.Load("tile", K.affine([(r, NR), (c, 1)]), dtype), dtype)
         low.matmul_value = K.Var("sum", dtype)
         root = low.group.root
-        final = low.matmul_value if root is m else low.gen(root, self.batch_index(bt) + (i, j))
+        final = low.matmul_value if root is m else low.gen(root, epilogue_index(m, root, bt, i, j))
         last = K.Binary("eq", pc, K.Const(self.KB - 1), "bool")
         value = K.Where(last, final, low.matmul_value, root.dtype) if self.KB > 1 else final
         update = [K.Let("sum", total), K.Store(out, at, value)]
         inside = K.land(K.Binary("lt", i, K.Const(self.M), "bool"), K.Binary("lt", j, K.Const(self.N), "bool"))
         guarded = K.Loop("wr", MR, [K.Loop("wc", NR, [K.If(inside, update)])])
+        fast = K.Loop("wr", MR, [K.Loop("wc", NR, update, "vector")], "unroll")
         if self.M % MR == 0 and self.N % NR == 0:
-            return [K.Loop("wr", MR, [K.Loop("wc", NR, update)])]
+            return [fast]
         whole = K.land(K.Binary("le", K.affine([(ip, MR)], MR), K.Const(self.M), "bool"),
                        K.Binary("le", K.affine([(jp, NR)], NR), K.Const(self.N), "bool"))
-        return [K.If(whole, [K.Loop("wr", MR, [K.Loop("wc", NR, update)])]),
-                K.If(K.Unary("not", whole, "bool"), [guarded])]
+        return [K.If(whole, [fast]), K.If(K.Unary("not", whole, "bool"), [guarded])]
+
+
+def epilogue_index(m, root, bt, i, j) -> tuple:
+    """The root's index at matmul element (batch bt, row i, column j): the root may
+    be the matmul's result reshaped (conv's (N*Ho*Wo, O) read as (N, Ho, Wo, O))."""
+    rows, cols = m.shape[-2], m.shape[-1]
+    if root.shape == m.shape:
+        return _unravel(bt, m.shape[:-2]) + (i, j)
+    if root.shape and root.shape[-1] == cols:
+        return _unravel(K.affine([(bt, rows), (i, 1)]), root.shape[:-1]) + (j,)
+    return _unravel(K.affine([(bt, rows * cols), (i, cols), (j, 1)]), root.shape)
+
+
+def _unravel(flat, shape) -> tuple:
+    """Row-major indices of `flat` over `shape` (div/mod, only where needed)."""
+    out, rest = [], flat
+    for d in range(len(shape) - 1, -1, -1):
+        n = shape[d]
+        if n == 1:
+            out.append(K.Const(0))
+        elif d == 0:
+            out.append(rest)
+        else:
+            out.append(K.Binary("imod", rest, K.Const(n), K.INDEX))
+            rest = K.Binary("idiv", rest, K.Const(n), K.INDEX)
+    return tuple(reversed(out))
+
+
+def _contiguous_along(operand, axis: int) -> bool:
+    """Whether the first view the operand reads has stride 1 along `axis`."""
+    stack = [operand]
+    while stack:
+        n = stack.pop()
+        if n.op == "view":
+            return abs(n.arg.strides[axis]) == 1
+        stack.extend(n.srcs)
+    return False
 
 
 def naive(low: Lowering) -> K.Kernel:
@@ -186,7 +233,11 @@ def naive(low: Lowering) -> K.Kernel:
     prod = K.Binary("mul", low.gen(a, tuple(idx) + (i, kk)), low.gen(b, tuple(idx) + (kk, j)), m.dtype)
     body.append(K.Loop("kk", a.shape[-1], [K.Assign(acc, K.Binary("add", K.Var(acc, m.dtype), prod, m.dtype))]))
     low.matmul_value = K.Var(acc, m.dtype)
-    value = low.matmul_value if g.root is m else low.gen(g.root, tuple(idx) + (i, j))
+    if g.root is m:
+        value = low.matmul_value
+    else:
+        flat_batch = K.affine([(b, math.prod(batch[d + 1:])) for d, b in enumerate(idx)])
+        value = low.gen(g.root, epilogue_index(m, g.root, flat_batch, i, j))
     out = low.buffer(low.slot_of(g.root), g.root.dtype, "out")
     body.append(K.Store(out, linear(tuple(idx) + (i, j), View.contiguous(shape).strides, 0), value))
     loops = [(f"b{d}", n) for d, n in enumerate(batch) if n != 1]

@@ -77,12 +77,12 @@ def plan(outputs, target: str = "cpu") -> tuple:
     slot_kinds = {i: ("leaf", i) for i in range(len(leaves))}
     next_slot = len(leaves)
     output_slots = []
-    for pos, node in enumerate(fused.folded.outputs):
+    for pos, node in enumerate(fused.outputs):
         if id(node) not in slot_of_node:
             slot_of_node[id(node)] = next_slot
             slot_kinds[next_slot] = ("out", pos)
             next_slot += 1
-        output_slots.append((slot_of_node[id(node)], node.shape, node.dtype))
+        output_slots.append((slot_of_node[id(node)], outputs[pos].shape, node.dtype))
     temp_sizes = {}  # slot -> bytes, for intermediate results and scratch buffers
     for g in fused.groups:
         if id(g.root) not in slot_of_node:

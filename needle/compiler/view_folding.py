@@ -75,15 +75,7 @@ class _Folder:
         self.reasons = {}
 
     def run(self) -> FoldedGraph:
-        new_outputs = []
-        for n in self.outputs:
-            out = self.fold(n, ())
-            base = out.srcs[0] if out.op == "view" else None
-            if base is not None and base.op not in ("buffer", "const", "param") and \
-                    out.arg == View.contiguous(base.shape) and base.shape == out.shape:
-                out = base  # a stored result read as is: store it as the output directly
-            new_outputs.append(out)
-        return FoldedGraph(new_outputs, self.reasons)
+        return FoldedGraph([self.fold(n, ()) for n in self.outputs], self.reasons)
 
     # chain: movement ops (op, arg) to apply to `node`, first element applied first
     def fold(self, node, chain):

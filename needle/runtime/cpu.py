@@ -120,6 +120,7 @@ def _launch(kernel, bufs: np.ndarray, params, total: int, threaded: bool, limits
 def compiled_schedule(nodes):
     """(CompiledSchedule, leaves, scalars) for the graph of `nodes`."""
     key, leaves, _, scalars, _ = scheduling.structure(nodes)
+    key = (key, config.THREADS, config.BOUNDS_CHECK)  # both change the compiled schedule
     entry = _schedules.get(key)
     if entry is not None:
         counters.add("schedule_cache_hits")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import hashlib
+import os
 import threading
 import time
 
@@ -34,6 +35,9 @@ def _init():
         return _state
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    # idle GOMP workers spin this long before sleeping: long enough for back-to-back
+    # kernels, short enough not to fight other processes (or numpy's BLAS) for the cores
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
     gomp = ctypes.util.find_library("gomp") or "libgomp.so.1"
     try:
         llvm.load_library_permanently(gomp)
