@@ -30,6 +30,7 @@ VOID = ir.VoidType()
 TYPES = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "uint8": I8, "bool": I1}
 MEMORY_TYPES = dict(TYPES, bool=I8)
 FAST = ("reassoc", "contract", "nsz")
+_TYPE_SUFFIX = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint8": "i8", "bool": "i8"}
 _ALIGN = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint8": 1, "bool": 1}
 
 
@@ -130,7 +131,7 @@ class _Renderer:
                 self.scopes.pop()
             self.scopes[-1].clear()
             return
-        if s.kind == "vector":
+        if s.kind == "vector" and not self.check:  # bounds checking checks lane by lane
             if self.vector is not None or s.start != 0 or not isinstance(s.extent, int):
                 raise ValueError("LLVM renderer: vector loops must be innermost, start at 0, constant width")
             self.vector = (s.var, s.extent)
@@ -480,27 +481,48 @@ class _Renderer:
         return out
 
     def _lane_stride(self, index):
-        """The index at lane 0 and its step per lane (must be 1: contiguous)."""
+        """(index at lane 0, step per lane); the step must be a known constant."""
         var, _ = self.vector
         base = _substitute(index, var, K.Const(0))
         stride = _derivative(index, var, lambda e: not self._depends(e, var))
-        if stride != 1:
-            raise ValueError(f"LLVM renderer: vector access with stride {stride} (only contiguous is supported)")
-        return self.expr(base)
+        if stride is None:
+            raise ValueError("LLVM renderer: vector access whose index is not affine in the lane")
+        return self.expr(base), stride
+
+    def _array(self, name):
+        if name in self.locals:
+            return self.locals[name]
+        base, dtype, _ = self.bufs[name]
+        return base, dtype
 
     def _vector_ptr(self, name, index):
-        if name in self.locals:
-            base, dtype = self.locals[name]
-        else:
-            base, dtype, _ = self.bufs[name]
-        return self.b.gep(base, [self._lane_stride(index)], source_etype=MEMORY_TYPES[dtype]), dtype
+        base, dtype = self._array(name)
+        start, stride = self._lane_stride(index)
+        if stride != 1:
+            raise ValueError(f"LLVM renderer: vector store with stride {stride} (only contiguous is supported)")
+        return self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype]), dtype
 
     def _vector_load(self, e: K.Load):
-        if e.valid is not None:
-            raise ValueError("LLVM renderer: guarded loads are not supported in vector loops")
-        ptr, dtype = self._vector_ptr(e.buf, e.index)
-        # only element alignment is known (numpy buffers, offsets into locals)
-        value = self.b.load(ptr, typ=ir.VectorType(MEMORY_TYPES[dtype], self.vector[1]), align=_ALIGN[dtype])
+        """Contiguous lanes: one vector load.  Strided lanes or lane-dependent
+        guards: a masked gather (masked-off lanes are not read and give 0)."""
+        base, dtype = self._array(e.buf)
+        width = self.vector[1]
+        start, stride = self._lane_stride(e.index)
+        mty = ir.VectorType(MEMORY_TYPES[dtype], width)
+        if stride == 1 and e.valid is None:
+            ptr = self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype])
+            # only element alignment is known (numpy buffers, offsets into locals)
+            return self._from_memory(self.b.load(ptr, typ=mty, align=_ALIGN[dtype]), dtype)
+        lanes = ir.Constant(ir.VectorType(I64, width), [k * stride for k in range(width)])
+        index = self.b.add(self._splat_value(start, width), lanes)
+        mask = self.expr(e.valid) if e.valid is not None else ir.Constant(ir.VectorType(I1, width), [1] * width)
+        if not isinstance(mask.type, ir.VectorType):
+            mask = self._splat_value(mask, width)
+        ptrs = self.b.gep(base, [index], source_etype=MEMORY_TYPES[dtype])
+        ptrs.type = ir.VectorType(PTR, width)  # llvmlite types a vector GEP as a scalar pointer
+        suffix = f"v{width}{_TYPE_SUFFIX[dtype]}.v{width}p0"
+        fn = self._extern(f"llvm.masked.gather.{suffix}", mty, [ptrs.type, I32, mask.type, mty])
+        value = self.b.call(fn, [ptrs, ir.Constant(I32, _ALIGN[dtype]), mask, ir.Constant(mty, None)])
         return self._from_memory(value, dtype)
 
     def _vector_store(self, s: K.Store) -> None:

@@ -79,8 +79,8 @@ class Tiling:
 
     def pack(self, operand, slot, panels, width, rows_first: bool) -> K.Kernel:
         """packed[q][kk][w] = operand at (row or col = panel * width + w, k = pc * KC + kk).
-        Whole panels copy without checks, looping along whichever of w and k is
-        contiguous in the source; panels on the ragged edge check and pad with zeros."""
+        Whole panels copy without checks, a SIMD vector of w at a time (a gather when
+        the source is strided along w); panels on the ragged edge check and pad."""
         low = self.make()
         dtype = self.m.dtype
         out = low.buffer(slot, dtype, "out")
@@ -98,19 +98,15 @@ class Tiling:
             return low.gen(operand, self.batch_index(bt) + ((o, kx) if rows_first else (kx, o)))
 
         plain = K.Store(out, at, operand_at(outer, k))
-        valid = K.land(K.Binary("lt", outer, K.Const(limit), "bool"), K.Binary("lt", k, K.Const(self.K), "bool"))
-        clamped = operand_at(K.Binary("min", outer, K.Const(limit - 1), K.INDEX),
-                             K.Binary("min", k, K.Const(self.K - 1), K.INDEX))
+        valid = K.Binary("lt", outer, K.Const(limit), "bool")
+        clamped = operand_at(K.Binary("min", outer, K.Const(limit - 1), K.INDEX), k)
         checked = K.Store(out, at, K.Where(valid, clamped, K.Const(0, dtype), dtype))
-        w_inner = _contiguous_along(operand, -2 if rows_first else -1)
-        if w_inner:
-            fast = [K.Loop("kk", KC, [K.Loop("w", width, [plain])])]
-        else:
-            fast = [K.Loop("w", width, [K.Loop("kk", KC, [plain])])]
-        slow = [K.Loop("kk", KC, [K.Loop("w", width, [checked])])]
-        whole = K.land(K.Binary("le", K.affine([(p, width)], width), K.Const(limit), "bool"),
-                       K.Binary("le", K.affine([(pc, KC)], KC), K.Const(self.K), "bool"))
-        body = [K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
+        depth = K.Var("kc")  # rows of this K block; the macro-kernel reads no further
+        fast = [K.Loop("kk", depth, [K.Loop("w", width, [plain], "vector")])]  # gathers if w is strided
+        slow = [K.Loop("kk", depth, [K.Loop("w", width, [checked])])]
+        whole = K.Binary("le", K.affine([(p, width)], width), K.Const(limit), "bool")
+        body = [K.Let("kc", K.Binary("min", K.Const(KC), K.affine([(pc, -KC)], self.K), K.INDEX)),
+                K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
         total = self.BT * per_batch
         return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=total * KC * width)
 
@@ -204,17 +200,6 @@ def _unravel(flat, shape) -> tuple:
             out.append(K.Binary("imod", rest, K.Const(n), K.INDEX))
             rest = K.Binary("idiv", rest, K.Const(n), K.INDEX)
     return tuple(reversed(out))
-
-
-def _contiguous_along(operand, axis: int) -> bool:
-    """Whether the first view the operand reads has stride 1 along `axis`."""
-    stack = [operand]
-    while stack:
-        n = stack.pop()
-        if n.op == "view":
-            return abs(n.arg.strides[axis]) == 1
-        stack.extend(n.srcs)
-    return False
 
 
 def naive(low: Lowering) -> K.Kernel:

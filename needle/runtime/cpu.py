@@ -25,7 +25,7 @@ from .pool import POOL
 
 #: below this many elements of work per thread a kernel runs on one thread
 #: (a GOMP round trip costs about a microsecond; tiny kernels do not gain)
-MIN_WORK_PER_THREAD = 1 << 15
+MIN_WORK_PER_THREAD = 1 << 18
 
 _schedules = {}
 _lock = threading.Lock()
