@@ -24,8 +24,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if all(e["agree"] for e in report["workloads"].values()) else 1
 
 
+def cmd_ir(args: argparse.Namespace) -> int:
+    from .cli import ir
+    ir.run(args)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from .cli import compare, train
+    from .cli import compare, ir, train
 
     parser = argparse.ArgumentParser(prog="python -m needle",
                                      description="needle: a small lazy deep-learning framework.")
@@ -36,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
                                         "compiled, lazy fused), print a table and check they agree.")
     compare.add_arguments(p)
     p.set_defaults(func=cmd_compare)
+
+    p = commands.add_parser("ir", help="print or draw a compiler stage of a workload",
+                            description="Show the IR of a built-in workload at any stage: the op graph, "
+                                        "the fused graph, the kernel IR, LLVM IR or CUDA C.")
+    ir.add_arguments(p)
+    p.set_defaults(func=cmd_ir)
 
     p = commands.add_parser("train", help="train a classifier on MNIST-format data",
                             description="Train softmax regression, an MLP or a small CNN on MNIST-format "

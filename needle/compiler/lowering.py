@@ -54,8 +54,8 @@ class Lowering:
         p = K.Param(self.param_index[slot], "float64")
         return p if dtype == "float64" else K.Cast(p, dtype)
 
-    def kernel(self, body, parallel, work: int) -> K.Kernel:
-        kernel = K.Kernel(self.group.name, self.bufs, len(self.params), body, parallel, work)
+    def kernel(self, body, parallel, work: int, name: str = "") -> K.Kernel:
+        kernel = K.Kernel(name or self.group.name, self.bufs, len(self.params), body, parallel, work)
         kernel.meta["slots"] = list(self.buf_slots)
         kernel.meta["params"] = list(self.params)
         return kernel

@@ -108,7 +108,8 @@ class Tiling:
         body = [K.Let("kc", K.Binary("min", K.Const(KC), K.affine([(pc, -KC)], self.K), K.INDEX)),
                 K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
         total = self.BT * per_batch
-        return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=total * KC * width)
+        name = ("PA_" if rows_first else "PB_") + "_".join(map(str, operand.shape))
+        return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=total * KC * width, name=name)
 
     def macro(self) -> K.Kernel:
         low = self.make()
