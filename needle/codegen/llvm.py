@@ -221,7 +221,7 @@ class _Renderer:
         value = self._to_memory(self.expr(s.value), dtype)
         valid = self.expr(s.valid) if s.valid is not None else None
         if self.check:
-            valid = self._and(valid, self._in_bounds(index, bi))
+            valid = self._and(valid, self._in_bounds(index, bi, valid))
         if valid is None:
             self._store(buf, index, value, dtype)
             return
@@ -284,7 +284,7 @@ class _Renderer:
         valid = self.expr(e.valid) if e.valid is not None else None
         safe = valid
         if self.check:
-            safe = self._and(valid, self._in_bounds(index, bi))
+            safe = self._and(valid, self._in_bounds(index, bi, valid))
         if safe is not None:
             index = self.b.select(safe, index, ir.Constant(I64, 0))
         ptr = self.b.gep(buf, [index], source_etype=MEMORY_TYPES[dtype])
@@ -314,9 +314,8 @@ class _Renderer:
         if op in ("exp", "log"):
             return self._call_intrinsic("llvm." + op, dtype, [x])
         if op == "tanh":
-            if isinstance(x.type, ir.VectorType):
-                raise ValueError("LLVM renderer: float64 tanh is not supported in vector loops")
-            return b.call(self._extern("tanh", F64, [F64]), [x])
+            tanh = self._extern("tanh", F64, [F64])
+            return self._lanewise(lambda lane: b.call(tanh, [lane]), x)
         raise ValueError(f"LLVM renderer: unknown unary op {op}")
 
     def _e_Binary(self, e: K.Binary):
@@ -416,6 +415,16 @@ class _Renderer:
     def _zero(self, dtype, like=None):
         return self._const(0, dtype, like)
 
+    def _lanewise(self, fn, x):
+        """fn on a scalar, or on each lane of a vector (for libm calls with no vector form)."""
+        if not isinstance(x.type, ir.VectorType):
+            return fn(x)
+        out = ir.Constant(x.type, None)
+        for k in range(x.type.count):
+            lane = ir.Constant(I32, k)
+            out = self.b.insert_element(out, fn(self.b.extract_element(x, lane)), lane)
+        return out
+
     def _unify(self, *values):
         """Broadcast scalars to the vector width when any operand is a vector."""
         width = next((v.type.count for v in values if isinstance(v.type, ir.VectorType)), None)
@@ -443,13 +452,16 @@ class _Renderer:
             return a
         return self.b.and_(a, b_)
 
-    def _in_bounds(self, index, bi):
+    def _in_bounds(self, index, bi, valid=None):
         """limits[2bi] <= index < limits[2bi+1]; otherwise record bi + 1 in *err."""
         b = self.b
         lo = b.load(b.gep(self.limits, [ir.Constant(I64, 2 * bi)], source_etype=I64), typ=I64)
         hi = b.load(b.gep(self.limits, [ir.Constant(I64, 2 * bi + 1)], source_etype=I64), typ=I64)
         ok = b.and_(b.icmp_signed(">=", index, lo), b.icmp_signed("<", index, hi))
-        with b.if_then(b.xor(ok, ir.Constant(I1, 1))):
+        bad = b.xor(ok, ir.Constant(I1, 1))
+        if valid is not None:  # a masked-off access is not performed: not an error
+            bad = b.and_(bad, valid)
+        with b.if_then(bad):
             b.store(ir.Constant(I32, bi + 1), self.err)
         return ok
 

@@ -222,6 +222,9 @@ def _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, outputs) -
         if node is None or node.op not in ELEMENTWISE or groups[id(node)].kind != "elementwise":
             reasons[id(m)] = "matmul: the reader chain is not elementwise over the matmul's shape"
             continue
+        if node.dtype != m.dtype:  # the output buffer holds partial sums between K blocks
+            reasons[id(m)] = f"matmul: the epilogue changes the dtype ({m.dtype} -> {node.dtype})"
+            continue
         stored.discard(id(m))
         del groups[id(m)]
         g = groups[id(node)]

@@ -76,12 +76,12 @@ class Lowering:
             return K.Const(node.arg, dtype)
         if op == "param":
             return self.param(node.arg, dtype)
-        if op == "view":
-            return self.view_read(node, index)
         if id(node) in self.stored and node is not self.group.root:
             shape = self.direct_shape or node.shape
             name = self.buffer(self.slot_of(node), dtype, "in")
             return K.Load(name, linear(index, View.contiguous(shape).strides, 0), dtype)
+        if op == "view":
+            return self.view_read(node, index)
         if op in UNARY:
             return K.Unary(op, self.gen(node.srcs[0], index), dtype)
         if op in BINARY:

@@ -163,7 +163,7 @@ def _simplified(shape, strides, offset, mask, empty) -> View:
         high = sum(max(0, c * (n - 1)) for c, n in zip(coeffs, shape))
         if lo <= low and high < hi:
             continue  # always true over the whole shape
-        if high < lo or low >= hi:
+        if high < lo or low >= hi or lo >= hi:
             empty = True
         old = merged.get(coeffs)
         merged[coeffs] = (max(lo, old[0]), min(hi, old[1])) if old else (lo, hi)

@@ -54,7 +54,8 @@ def _init():
     _state["tm"] = machine()  # for optimization and object emission
     _state["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine())  # owns its own
     _state["target_id"] = f"{triple}|{cpu}|{features}"
-    _state["versions"] = f"needle-kernels-1|llvmlite-{llvmlite.__version__}|llvm-{llvm.llvm_version_info}"
+    _state["versions"] = (f"needle-kernels-1|{_codegen_fingerprint()}|llvmlite-{llvmlite.__version__}"
+                          f"|llvm-{llvm.llvm_version_info}")
     pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
@@ -62,6 +63,17 @@ def _init():
     pto.loop_interleaving = True
     _state["pto"] = pto
     return _state
+
+
+def _codegen_fingerprint() -> str:
+    """A hash of the code that turns kernel IR into machine code, so that a cached
+    object from an older renderer is never reused after it changed."""
+    from ..codegen import llvm as renderer, vecmath
+    digest = hashlib.sha256()
+    for module in (renderer, vecmath):
+        with open(module.__file__, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
 
 
 def gomp():

@@ -1,0 +1,269 @@
+"""Pass 2, fusion: known kernel counts for small graphs, and a reason for every
+stored node.
+
+Kernels are counted twice: statically (`plan(...)[0].calls`) and at run time
+(`needle.runtime.stats()["kernels_launched"]` around the realization).  Values
+are checked against numpy.
+"""
+import numpy as np
+import pytest
+
+import needle as ndl
+import needle.runtime as rt
+from needle import nn, ops
+from needle.compiler.schedule import plan
+from needle.ir.printer import output_nodes
+
+CPU = ndl.cpu()
+
+
+def tensor(*shape, scale=1.0):
+    return ndl.Tensor((np.random.randn(*shape) * scale).astype(np.float32), device=CPU)
+
+
+def planned(*tensors):
+    schedule, fused = plan(output_nodes(tensors))
+    return schedule, fused
+
+
+def launched(*tensors) -> int:
+    """Kernels launched to realize `tensors` (one schedule)."""
+    rt.reset_stats()
+    ndl.realize(*tensors)
+    return rt.stats()["kernels_launched"]
+
+
+def check_reasons(fused) -> None:
+    """Every stored node (every kernel boundary) says why it is stored."""
+    for node_id in fused.stored:
+        why = fused.reasons.get(node_id)
+        assert isinstance(why, str) and why.strip(), f"stored node without a reason: {node_id}"
+    for g in fused.groups:
+        assert id(g.root) in fused.stored
+
+
+def test_elementwise_chain_is_one_kernel():
+    a, b, c = tensor(17, 33), tensor(17, 33), tensor(17, 33)
+    out = ops.relu(a * b + c) * 2
+    schedule, fused = planned(out)
+    assert len(schedule.calls) == 1 and len(fused.groups) == 1
+    check_reasons(fused)
+    a64, b64, c64 = (t.numpy().astype(np.float64) for t in (a, b, c))
+    expected = np.maximum(a64 * b64 + c64, 0) * 2
+    assert launched(out) == 1
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6, atol=1e-6)  # a * b + c may be one fma
+
+
+def test_broadcast_and_transposed_operands_stay_one_kernel():
+    a, b, c = tensor(6, 9), tensor(9, 6), tensor(9)
+    out = ops.exp(a) * ops.transpose(b) + ops.broadcast_to(c, (6, 9))
+    schedule, fused = planned(out)
+    assert len(schedule.calls) == 1
+    expected = np.exp(a.numpy()) * b.numpy().T + c.numpy()
+    assert launched(out) == 1
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5)
+
+
+def softmax(x):
+    m = ops.broadcast_to(ops.max(x, axes=(1,), keepdims=True), x.shape)
+    e = ops.exp(x - m)
+    return e / ops.broadcast_to(ops.summation(e, axes=(1,), keepdims=True), x.shape)
+
+
+def test_row_softmax_at_most_two_kernels():
+    x = tensor(64, 100, scale=3.0)
+    out = softmax(x)
+    schedule, fused = planned(out)
+    assert len(schedule.calls) <= 2
+    assert len(schedule.calls) == 1  # today: both reductions are stages of one kernel
+    (group,) = fused.groups
+    assert [s.op for s in group.stages] == ["reduce_max", "reduce_sum"]
+    check_reasons(fused)
+    xs = x.numpy()
+    e = np.exp(xs - xs.max(1, keepdims=True))
+    assert launched(out) == 1
+    np.testing.assert_allclose(out.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_logsumexp_is_one_kernel():
+    x = tensor(32, 50, scale=4.0)
+    out = ops.logsumexp(x, axes=(1,))
+    schedule, fused = planned(out)
+    assert len(schedule.calls) == 1
+    check_reasons(fused)
+    xs = x.numpy().astype(np.float64)
+    m = xs.max(1)
+    assert launched(out) == 1
+    np.testing.assert_allclose(out.numpy(), np.log(np.exp(xs - m[:, None]).sum(1)) + m, rtol=1e-5)
+
+
+def test_layernorm_last_axis_kernel_count():
+    x = tensor(64, 100)
+    ln = nn.LayerNorm1d(100, device=CPU)
+    out = ln(x)
+    schedule, fused = planned(out)
+    # mean and variance become stages of the normalizing kernel: 1 kernel today
+    assert len(schedule.calls) == 1
+    assert len(fused.groups[0].stages) == 2
+    check_reasons(fused)
+    xs = x.numpy().astype(np.float64)
+    expected = (xs - xs.mean(1, keepdims=True)) / np.sqrt(xs.var(1, keepdims=True) + 1e-5)
+    assert launched(out) == 1
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("m,k,n,calls", [(16, 20, 12, 1), (128, 256, 96, 3)], ids=["small", "tiled"])
+def test_matmul_bias_relu_is_one_group(m, k, n, calls):
+    x, w, b = tensor(m, k), tensor(k, n), tensor(n)
+    out = ops.relu(x @ w + ops.broadcast_to(ops.reshape(b, (1, n)), (m, n)))
+    schedule, fused = planned(out)
+    assert len(fused.groups) == 1
+    (group,) = fused.groups
+    assert group.kind == "matmul" and group.root.op == "max"
+    assert len(schedule.calls) == calls  # tiled: pack A, pack B, macro-kernel with the epilogue
+    check_reasons(fused)
+    expected = np.maximum(x.numpy().astype(np.float64) @ w.numpy() + b.numpy(), 0)
+    assert launched(out) == calls
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_read_twice_is_not_an_epilogue():
+    x, w = tensor(16, 20), tensor(20, 12)
+    y = x @ w
+    out = ops.exp(y) + ops.transpose(ops.transpose(y)) * 2.0
+    schedule, fused = planned(out)
+    check_reasons(fused)
+    expected = np.exp(x.numpy() @ w.numpy()) + 2 * (x.numpy() @ w.numpy())
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_mlp_forward_at_most_one_group_per_matmul_plus_a_few():
+    np.random.seed(1)
+    model = nn.Sequential(nn.Linear(784, 256, device=CPU), nn.ReLU(), nn.Linear(256, 10, device=CPU))
+    x = tensor(128, 784)
+    out = model(x)
+    schedule, fused = planned(out)
+    matmuls = [g for g in fused.groups if g.kind == "matmul"]
+    assert len(matmuls) == 2
+    assert len(fused.groups) <= 2 + 2
+    assert len(fused.groups) == 2  # today: bias and relu are matmul epilogues
+    assert len(schedule.calls) <= 3 * 2 + 2
+    check_reasons(fused)
+    w1, b1 = model.modules[0].weight.numpy(), model.modules[0].bias.numpy()
+    w2, b2 = model.modules[2].weight.numpy(), model.modules[2].bias.numpy()
+    h = np.maximum(x.numpy().astype(np.float64) @ w1 + b1, 0)
+    expected = h @ w2 + b2
+    assert launched(out) == len(schedule.calls)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_mlp_loss_adds_few_kernels():
+    np.random.seed(2)
+    model = nn.Sequential(nn.Linear(784, 256, device=CPU), nn.ReLU(), nn.Linear(256, 10, device=CPU))
+    x = tensor(128, 784)
+    y = ndl.Tensor(np.random.randint(0, 10, 128), device=CPU)
+    loss = nn.SoftmaxLoss()(model(x), y)
+    schedule, fused = planned(loss)
+    assert len([g for g in fused.groups if g.kind == "matmul"]) == 2
+    assert len(fused.groups) <= 2 + 3
+    check_reasons(fused)
+
+
+def test_shared_cheap_node_is_recomputed():
+    x = tensor(16, 20)
+    y = x * 2.0 + 1.0
+    out = (y + 1.0) * (y * 3.0)
+    schedule, fused = planned(out)
+    assert len(schedule.calls) == 1
+    check_reasons(fused)
+    xs = x.numpy()
+    np.testing.assert_allclose(out.numpy(), (2 * xs + 2) * ((2 * xs + 1) * 3), rtol=1e-5)
+
+
+def test_shared_costly_node_is_stored_with_a_reason():
+    x = tensor(16, 20, scale=0.3)
+    y = ops.exp(ops.exp(ops.exp(x)))
+    out = (y + 1.0) * (y * 3.0)
+    schedule, fused = planned(out)
+    assert len(schedule.calls) == 2
+    check_reasons(fused)
+    stored = [n for n in fused.order if id(n) in fused.stored and n.op == "exp"]
+    assert len(stored) == 1
+    why = fused.reasons[id(stored[0])]
+    assert "read by 2" in why and "costly" in why
+    assert why in ndl.ir.dump(out, stage="fused")
+    ys = np.exp(np.exp(np.exp(x.numpy().astype(np.float64))))
+    assert launched(out) == 2
+    np.testing.assert_allclose(out.numpy(), (ys + 1) * (ys * 3), rtol=1e-5)
+
+
+def test_several_outputs_share_one_schedule():
+    x = tensor(8, 30)
+    s = softmax(x)
+    total = ops.summation(x, axes=(1,))
+    double = x * 2
+    schedule, fused = planned(s, total, double)
+    check_reasons(fused)
+    assert len(schedule.calls) <= 3
+    xs = x.numpy()
+    assert launched(s, total, double) == len(schedule.calls)
+    np.testing.assert_allclose(total.numpy(), xs.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(double.numpy(), 2 * xs)
+    e = np.exp(xs - xs.max(1, keepdims=True))
+    np.testing.assert_allclose(s.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_reductions_over_different_domains_get_reasons():
+    x = tensor(12, 10)
+    col = ops.summation(x, axes=(0,))          # (10,)
+    row = ops.summation(x, axes=(1,))          # (12,)
+    out = ops.summation(ops.exp(x) * ops.broadcast_to(ops.reshape(col, (1, 10)), (12, 10)), axes=(1,)) + row
+    schedule, fused = planned(out)
+    check_reasons(fused)
+    xs = x.numpy().astype(np.float64)
+    expected = (np.exp(xs) * xs.sum(0)).sum(1) + xs.sum(1)
+    assert launched(out) == len(schedule.calls)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4)
+
+
+def test_conv_kernel_count_and_reasons():
+    z, w = tensor(2, 9, 9, 3), tensor(3, 3, 3, 8)
+    out = ops.relu(ops.conv(z, w, stride=1, padding=1))
+    schedule, fused = planned(out)
+    check_reasons(fused)
+    # im2col copy + the matmul group (relu as its epilogue)
+    assert len(fused.groups) == 2
+    assert launched(out) == len(schedule.calls)
+
+
+def broadcast_max(x):
+    return ops.broadcast_to(ops.max(x, axes=(0, 1), keepdims=True), x.shape)
+
+
+def broadcast_sum(x):
+    return ops.broadcast_to(ops.summation(x, axes=(1,), keepdims=True), x.shape)
+
+
+OUTPUT_READERS = {
+    # a broadcast reduction realized together with something that reads it
+    "max_and_add": (lambda x: (lambda m: (m, m + x))(broadcast_max(x)),
+                    lambda a: (np.broadcast_to(a.max(), a.shape), a.max() + a)),
+    "max_and_concat": (lambda x: (lambda m: (m, ops.concatenate([m, x], 0)))(broadcast_max(x)),
+                       lambda a: (np.broadcast_to(a.max(), a.shape),
+                                  np.concatenate([np.broadcast_to(a.max(), a.shape), a], 0))),
+    "sum_and_exp": (lambda x: (lambda m: (m, ops.exp(m) * x))(broadcast_sum(x)),
+                    lambda a: (np.broadcast_to(a.sum(1, keepdims=True), a.shape), np.exp(a.sum(1, keepdims=True)) * a)),
+    # a transposed output read by another kernel
+    "transpose_and_stack": (lambda x: (lambda t: (t, ops.stack([t, t * 2.0], 0)))(ops.transpose(ops.exp(x))),
+                            lambda a: (np.exp(a).T, np.stack([np.exp(a).T, 2 * np.exp(a).T], 0))),
+}
+@pytest.mark.parametrize("case", list(OUTPUT_READERS))
+def test_output_read_by_another_kernel(case):
+    build_outputs, reference_values = OUTPUT_READERS[case]
+    x = tensor(4, 5)
+    outs = build_outputs(x)
+    schedule, fused = planned(*outs)
+    check_reasons(fused)
+    ndl.realize(*outs)
+    for o, e in zip(outs, reference_values(x.numpy().astype(np.float64))):
+        np.testing.assert_allclose(o.numpy(), e, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,87 @@
+"""Threading does not change results: config.THREADS = 1 and 2 give equal values
+(each output element is computed by the same code on one thread, whatever the
+split), and the big kernels really are split when two threads are allowed."""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import config
+from needle.backend_ndarray.ndarray import NDArray
+from needle.ir import build
+from needle.runtime import cpu as cpu_runtime
+from needle.runtime import jit
+
+CPU = ndl.cpu()
+
+
+def leaf(x):
+    return build.buffer(NDArray(x, device=CPU, dtype=x.dtype.name))
+
+
+def chain(x, y):
+    X, Y = leaf(x), leaf(y)
+    return build.elementwise("add", build.elementwise("mul", build.elementwise("exp", X), Y),
+                             build.elementwise("tanh", build.elementwise("sub", X, Y)))
+
+
+def matmul(a, b):
+    return build.elementwise("max", build.matmul(leaf(a), leaf(b)), build.const(0.0, (a.shape[0], b.shape[1]),
+                                                                                   "float32", CPU))
+
+
+def column_sums(x):
+    return build.reduce("reduce_sum", leaf(x), (0,))
+
+
+def run_with(monkeypatch, threads, make, *arrays):
+    """(values, whether each kernel was split across threads)."""
+    monkeypatch.setattr(config, "THREADS", threads)
+    node = make(*arrays)
+    entry, _, _ = cpu_runtime.compiled_schedule([node])
+    flags = list(entry.threaded)
+    return node.numpy(), flags
+
+
+CASES = {
+    "elementwise_2^20": (chain, lambda: (np.random.uniform(-3, 3, 1 << 20).astype(np.float32),
+                                         np.random.uniform(-1, 1, 1 << 20).astype(np.float32))),
+    "matmul_512": (matmul, lambda: (np.random.randn(512, 512).astype(np.float32),
+                                    np.random.randn(512, 512).astype(np.float32))),
+    "column_sum": (column_sums, lambda: (np.random.randn(300, 2000).astype(np.float32),)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_and_two_threads_agree(monkeypatch, case):
+    make, data = CASES[case]
+    arrays = data()
+    one, flags_one = run_with(monkeypatch, 1, make, *arrays)
+    two, flags_two = run_with(monkeypatch, 2, make, *arrays)
+    assert not any(flags_one)
+    if jit.gomp() is not None:
+        assert any(flags_two), "a big kernel should be split across two threads"
+    np.testing.assert_array_equal(one, two)
+    # and both are right
+    a64 = [a.astype(np.float64) for a in arrays]
+    if case.startswith("elementwise"):
+        expected = np.exp(a64[0]) * a64[1] + np.tanh(a64[0] - a64[1])
+        tol = dict(rtol=1e-5, atol=1e-6)
+    elif case.startswith("matmul"):
+        expected = np.maximum(a64[0] @ a64[1], 0)
+        tol = dict(rtol=1e-4, atol=2e-3)
+    else:
+        expected = a64[0].sum(0, keepdims=True)
+        tol = dict(rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(two, expected, **tol)
+
+
+def test_thread_setting_is_honoured_for_cached_schedules(monkeypatch):
+    """Changing config.THREADS after a graph ran must take effect the next time the
+    same graph structure runs (the schedule cache keys on it)."""
+    x = np.random.randn(4 * cpu_runtime.MIN_WORK_PER_THREAD).astype(np.float32)
+    make = lambda a: build.elementwise("exp", leaf(a))  # noqa: E731
+    _, flags = run_with(monkeypatch, 1, make, x)
+    assert not any(flags)
+    _, flags = run_with(monkeypatch, 2, make, x)
+    if jit.gomp() is not None:
+        assert any(flags)
