@@ -171,6 +171,8 @@ def _realize(nodes) -> None:
 
 
 def _check_devices(op: Op, inputs) -> None:
+    if len(inputs) < 2:
+        return
     tensors = [x for x in inputs if isinstance(x, Tensor)]
     if len({x.device for x in tensors}) > 1:
         where = ", ".join(f"{fmt_shape(x.shape)} on {x.device}" for x in tensors)

@@ -313,8 +313,10 @@ class NDArray:
             self._check_operand(op, other)
             check_elementwise(op, self.dtype, (self.shape, other.shape))
             a, b = (other, self) if reverse else (self, other)
-            shape = broadcast_shapes(op, a.shape, b.shape)
-            return self._device.binary(op, a.broadcast_to(shape), b.broadcast_to(shape))
+            if a._shape != b._shape:
+                shape = broadcast_shapes(op, a.shape, b.shape)
+                a, b = a.broadcast_to(shape), b.broadcast_to(shape)
+            return self._device.binary(op, a, b)
         if not isinstance(other, (numbers.Number, np.generic)):
             return NotImplemented
         check_elementwise(op, self.dtype, (self.shape,))

@@ -62,6 +62,8 @@ class LazyArray(Node):
             return NotImplemented
         other = self._operand(op, other)
         a, b = (other, self) if reverse else (self, other)
+        if a.shape == b.shape:
+            return build.elementwise(op, a, b)
         shape = broadcast_shapes(op, a.shape, b.shape)
         return build.elementwise(op, a.broadcast_to(shape), b.broadcast_to(shape))
 
@@ -139,6 +141,8 @@ class LazyArray(Node):
 
     def broadcast_to(self, new_shape) -> "LazyArray":
         new_shape = tuple(new_shape)
+        if new_shape == self.shape:
+            return self
         lead = len(new_shape) - self.ndim
         if lead < 0:
             raise ShapeError(f"broadcast_to: cannot broadcast {fmt_shape(self.shape)} to {fmt_shape(new_shape)}")

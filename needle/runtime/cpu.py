@@ -39,8 +39,14 @@ class CompiledSchedule:
         self.kernels = [jit.compile_kernel(c.kernel) for c in schedule.calls]
         self.n_slots = 1 + max([s for c in schedule.calls for s in c.slots] +
                                [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
-        self.call_slots = [np.asarray(c.slots, dtype=np.intp) for c in schedule.calls]
-        self.call_params = [np.asarray(c.params, dtype=np.intp) for c in schedule.calls]
+        width = max([len(c.slots) for c in schedule.calls] + [1])
+        self.slot_matrix = np.zeros((len(schedule.calls), width), dtype=np.intp)
+        for i, c in enumerate(schedule.calls):
+            self.slot_matrix[i, :len(c.slots)] = c.slots
+        width = max([len(c.params) for c in schedule.calls] + [1])
+        self.param_matrix = np.zeros((len(schedule.calls), width), dtype=np.intp)
+        for i, c in enumerate(schedule.calls):
+            self.param_matrix[i, :len(c.params)] = c.params
         self.outputs = [(slot, shape, np_dtype(dtype), math.prod(shape)) for slot, shape, dtype in schedule.outputs]
         self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
@@ -65,14 +71,17 @@ class CompiledSchedule:
         temps = [POOL.acquire(n) for n in s.temp_bytes]
         for slot, buf in self.temp_slots:
             ptrs[slot] = temps[buf].ctypes.data
-        values = np.array([x.value for x in scalars], dtype=np.float64)
+        # every kernel's pointer list and parameters, gathered in one numpy operation each
+        table = ptrs[self.slot_matrix]
+        values = np.array([x.value for x in scalars] or [0.0], dtype=np.float64)
+        params = values[self.param_matrix]
+        err = np.zeros(1, dtype=np.int32)
+        args = _Args(table, params, err)
         try:
-            for i, (call, kernel) in enumerate(zip(s.calls, self.kernels)):
-                bufs = ptrs[self.call_slots[i]]
-                params = values[self.call_params[i]] if len(self.call_params[i]) else None
-                limits = _limits(call, s, leaves, out_arrays, temps) if config.BOUNDS_CHECK else None
+            for i, kernel in enumerate(self.kernels):
+                limits = _limits(s.calls[i], s, leaves, out_arrays, temps) if config.BOUNDS_CHECK else None
                 t0 = time.perf_counter() if config.DEBUG >= 2 else 0.0
-                _launch(kernel, bufs, params, self.totals[i], self.threaded[i], limits)
+                _launch(kernel, args, i, self.totals[i], self.threaded[i], limits)
                 if config.DEBUG >= 2:
                     dt = time.perf_counter() - t0
                     print(f"  {kernel.name:<28} {dt * 1e6:9.1f} us  {'threads' if self.threaded[i] else ''}")
@@ -81,6 +90,18 @@ class CompiledSchedule:
                 POOL.release(t)
         counters.add("kernels_launched", len(s.calls))
         return outputs
+
+
+class _Args:
+    """Raw pointers to each kernel's buffer list and parameters, from two tables."""
+
+    __slots__ = ("table", "params", "err", "table_ptr", "table_row", "params_ptr", "params_row", "err_ptr")
+
+    def __init__(self, table, params, err):
+        self.table, self.params, self.err = table, params, err  # keep the memory alive
+        self.table_ptr, self.table_row = table.ctypes.data, table.strides[0]
+        self.params_ptr, self.params_row = params.ctypes.data, params.strides[0]
+        self.err_ptr = err.ctypes.data
 
 
 def _limits(call, s, leaves, out_arrays, temps):
@@ -100,19 +121,18 @@ def _limits(call, s, leaves, out_arrays, temps):
     return np.asarray(limits, dtype=np.int64)
 
 
-def _launch(kernel, bufs: np.ndarray, params, total: int, threaded: bool, limits) -> None:
-    err = np.zeros(1, dtype=np.int32)
-    bufs_ptr = bufs.ctypes.data
-    params_ptr = params.ctypes.data if params is not None else None
-    limits_ptr = limits.ctypes.data if limits is not None else None
+def _launch(kernel, args: _Args, i: int, total: int, threaded: bool, limits) -> None:
+    bufs_ptr = args.table_ptr + i * args.table_row
+    params_ptr = args.params_ptr + i * args.params_row
+    limits_ptr = limits.ctypes.data if limits is not None else 0
     if threaded:
-        data = np.array([bufs_ptr, params_ptr or 0, total, limits_ptr or 0, err.ctypes.data], dtype=np.int64)
+        data = np.array([bufs_ptr, params_ptr, total, limits_ptr, args.err_ptr], dtype=np.int64)
         jit.gomp().GOMP_parallel(ctypes.c_void_p(kernel.omp_address), ctypes.c_void_p(data.ctypes.data),
                                  ctypes.c_uint(config.THREADS), ctypes.c_uint(0))
     else:
-        kernel.cfunc(bufs_ptr, params_ptr, 0, total, limits_ptr, err.ctypes.data)
-    if err[0]:
-        name = kernel.kernel.bufs[err[0] - 1].name
+        kernel.cfunc(bufs_ptr, params_ptr, 0, total, limits_ptr, args.err_ptr)
+    if limits is not None and args.err[0]:
+        name = kernel.kernel.bufs[args.err[0] - 1].name
         raise BoundsError(f"kernel {kernel.name}: index out of bounds on buffer {name} "
                           "(NEEDLE_BOUNDS_CHECK caught it; this is a needle bug, please report it)")
 
