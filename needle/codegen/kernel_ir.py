@@ -134,10 +134,31 @@ def land(a, b):
     return Binary("and", a, b, "bool")
 
 
+def idiv(a, n: int):
+    """a // n for non-negative a, folded when n is 1 or a is a constant."""
+    if n == 1:
+        return a
+    if isinstance(a, Const):
+        return Const(a.value // n, INDEX)
+    return Binary("idiv", a, Const(n, INDEX), INDEX)
+
+
+def imod(a, n: int):
+    """a % n for non-negative a, folded when n is 1 or a is a constant."""
+    if n == 1:
+        return Const(0, INDEX)
+    if isinstance(a, Const):
+        return Const(a.value % n, INDEX)
+    return Binary("imod", a, Const(n, INDEX), INDEX)
+
+
 def affine(terms, offset: int = 0):
-    """sum(coeff * var) + offset as an int64 expression (zero terms dropped)."""
+    """sum(coeff * var) + offset as an int64 expression (zero and constant terms folded)."""
     expr = None
     for var, coeff in terms:
+        if isinstance(var, Const):
+            offset += var.value * coeff
+            continue
         if coeff == 0:
             continue
         term = var if coeff == 1 else Binary("mul", var, Const(coeff, INDEX), INDEX)

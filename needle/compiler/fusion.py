@@ -212,15 +212,20 @@ def _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, outputs) -
         if len(readers) != 1 or readers[0].op != "view" or not _same_memory_order(readers[0].arg, m.size):
             reasons[id(m)] = "matmul: its result is not read once in memory order, so no epilogue fusion"
             continue
-        node = readers[0]
+        node, why = readers[0], ""
         while id(node) not in stored:
             up = consumers[id(node)]
-            if len(up) != 1 or up[0].op not in ELEMENTWISE or up[0].shape != readers[0].shape:
-                node = None
+            if len(up) != 1:
+                why = f"its epilogue forks: {node.op} is read by {len(up)} nodes"
+            elif up[0].op not in ELEMENTWISE or up[0].shape != readers[0].shape:
+                why = f"its reader {up[0].op} {up[0].type_str()} is not elementwise over its shape"
+            if why:
                 break
             node = up[0]
-        if node is None or node.op not in ELEMENTWISE or groups[id(node)].kind != "elementwise":
-            reasons[id(m)] = "matmul: the reader chain is not elementwise over the matmul's shape"
+        if not why and (node.op not in ELEMENTWISE or groups[id(node)].kind != "elementwise"):
+            why = f"its result feeds a {groups[id(node)].kind if id(node) in groups else node.op} kernel"
+        if why:
+            reasons[id(m)] = f"epilogue not fused: {why}"
             continue
         if node.dtype != m.dtype:  # the output buffer holds partial sums between K blocks
             reasons[id(m)] = f"matmul: the epilogue changes the dtype ({m.dtype} -> {node.dtype})"

@@ -86,9 +86,9 @@ class Tiling:
         out = low.buffer(slot, dtype, "out")
         q, kk, w = K.Var("q"), K.Var("kk"), K.Var("w")
         per_batch = self.KB * panels
-        bt = K.Binary("idiv", q, K.Const(per_batch), K.INDEX) if self.BT > 1 else K.Const(0)
-        pc = K.Binary("imod", K.Binary("idiv", q, K.Const(panels), K.INDEX), K.Const(self.KB), K.INDEX)
-        p = K.Binary("imod", q, K.Const(panels), K.INDEX)
+        bt = K.idiv(q, per_batch) if self.BT > 1 else K.Const(0)
+        pc = K.imod(K.idiv(q, panels), self.KB)
+        p = K.imod(q, panels) if self.BT * self.KB > 1 else q
         outer = K.affine([(p, width), (w, 1)])        # row (A) or column (B)
         k = K.affine([(pc, KC), (kk, 1)])
         limit = self.M if rows_first else self.N
@@ -105,8 +105,12 @@ class Tiling:
         fast = [K.Loop("kk", depth, [K.Loop("w", width, [plain], "vector")])]  # gathers if w is strided
         slow = [K.Loop("kk", depth, [K.Loop("w", width, [checked])])]
         whole = K.Binary("le", K.affine([(p, width)], width), K.Const(limit), "bool")
-        body = [K.Let("kc", K.Binary("min", K.Const(KC), K.affine([(pc, -KC)], self.K), K.INDEX)),
-                K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
+        body = [K.Let("kc", K.Const(min(KC, self.K)) if self.KB == 1 else
+                      K.Binary("min", K.Const(KC), K.affine([(pc, -KC)], self.K), K.INDEX))]
+        if limit % width == 0:  # every panel is whole
+            body += fast
+        else:
+            body += [K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
         total = self.BT * per_batch
         name = ("PA_" if rows_first else "PB_") + "_".join(map(str, operand.shape))
         return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=total * KC * width, name=name)
@@ -118,8 +122,8 @@ class Tiling:
         bp = low.buffer(self.bp, dtype, "in")
         out = low.buffer(low.slot_of(low.group.root), low.group.root.dtype, "out")
         q, pc, jp, ipo = K.Var("q"), K.Var("pc"), K.Var("jp"), K.Var("ipo")
-        bt = K.Binary("idiv", q, K.Const(self.IB), K.INDEX) if self.BT > 1 else K.Const(0)
-        ib = K.Binary("imod", q, K.Const(self.IB), K.INDEX)
+        bt = K.idiv(q, self.IB) if self.BT > 1 else K.Const(0)
+        ib = K.imod(q, self.IB)
         ip = K.Var("ip")
         kc, kk, r, c = K.Var("kc"), K.Var("kk"), K.Var("r"), K.Var("c")
         a_base = K.Var("pa")
@@ -140,7 +144,8 @@ class Tiling:
                 k_loop, spill] + self.write_back(low, out, bt, ip, jp, pc)
         body = [K.LocalArray("tile", dtype, MR * NR),
                 K.Loop("pc", self.KB, [
-                    K.Let("kc", K.Binary("min", K.Const(KC), K.affine([(pc, -KC)], self.K), K.INDEX)),
+                    K.Let("kc", K.Const(min(KC, self.K)) if self.KB == 1 else
+                          K.Binary("min", K.Const(KC), K.affine([(pc, -KC)], self.K), K.INDEX)),
                     K.Loop("jp", self.NP, [K.Loop("ipo", self.MCP, [
                         K.Let("ip", K.affine([(ib, self.MCP), (ipo, 1)])),
                         K.If(K.Binary("lt", ip, K.Const(self.MP), "bool"), tile)])])])]
@@ -198,8 +203,8 @@ def _unravel(flat, shape) -> tuple:
         elif d == 0:
             out.append(rest)
         else:
-            out.append(K.Binary("imod", rest, K.Const(n), K.INDEX))
-            rest = K.Binary("idiv", rest, K.Const(n), K.INDEX)
+            out.append(K.imod(rest, n))
+            rest = K.idiv(rest, n)
     return tuple(reversed(out))
 
 

@@ -67,6 +67,9 @@ def elementwise(op: str, *srcs) -> "lazy.LazyArray":
             dtype = "bool"
     else:
         raise ValueError(f"unknown elementwise op {op!r}")
+    if op == "ne" and srcs[1].op == "const" and srcs[1].arg == 0 and srcs[0].op == "cast" \
+            and srcs[0].srcs[0].dtype == "bool":
+        return srcs[0].srcs[0]  # (bool as number) != 0 is the bool itself
     if srcs and all(s.op == "const" for s in srcs) and op != "where":
         return const(_fold(op, [s.arg for s in srcs], dtype), shape, dtype, srcs[0].device)
     return _new(op, srcs, None, shape, dtype, srcs[0].device)
