@@ -151,6 +151,8 @@ def compiled_schedule(nodes):
     if config.DEBUG >= 3:
         for c in schedule.calls:
             print(c.kernel.text())
+            if config.DEBUG >= 4:
+                print(jit.llvm_ir(c.kernel))
     entry = CompiledSchedule(schedule)
     with _lock:
         _schedules[key] = entry

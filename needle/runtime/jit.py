@@ -183,8 +183,5 @@ def _optimize(text: str):
 
 def _codegen(kernel, symbol: str) -> bytes:
     module = llvm_codegen.render(kernel, symbol, bounds_check=config.BOUNDS_CHECK)
-    text = str(module)
-    if config.DEBUG >= 4:
-        print(f"--- LLVM IR of {kernel.name} ({symbol})\n{text}")
-    mod = _optimize(text)
+    mod = _optimize(str(module))
     return _init()["tm"].emit_object(mod)
