@@ -149,6 +149,37 @@ def train_epoch(model: nn.Module, loader: DataLoader, opt: optim.Optimizer,
     return total_loss / max(seen, 1), correct / max(seen, 1)
 
 
+def step_speed(args: argparse.Namespace, model: nn.Module, loader: DataLoader, steps: int = 10) -> dict:
+    """Milliseconds per training step, eager vs lazy fused, on copies of `model`
+    (the trained weights are left alone): median over `steps` batches after warm-up."""
+    batches = []
+    for X, y in loader:
+        batches.append((X, y))
+        if len(batches) == steps + 2:
+            break
+    state = model.state_dict()
+    out = {}
+    for mode, enabled in (("eager", False), ("fused", True)):
+        with lazy(enabled):
+            np.random.seed(args.seed)
+            copy = build_model(args.model, args.hidden, device=model.parameters()[0].device)
+            copy.load_state_dict(state)
+            opt = make_optimizer(args.optimizer, copy.parameters(), args.lr)
+            loss_fn = nn.SoftmaxLoss()
+            times = []
+            for X, y in batches:
+                t0 = time.perf_counter()
+                loss = loss_fn(copy(X), y)
+                opt.reset_grad()
+                loss.backward()
+                realize_later(loss)
+                opt.step()
+                loss.numpy()
+                times.append(time.perf_counter() - t0)
+            out[mode] = float(np.median(times[2:])) * 1e3
+    return out
+
+
 def evaluate(model: nn.Module, loader: DataLoader) -> Tuple[float, float]:
     """(mean loss per example, accuracy) in eval mode; no gradients are built."""
     model.eval()
@@ -234,8 +265,12 @@ def run(args: argparse.Namespace) -> dict:
                                 test_loss=test_loss, test_acc=test_acc, seconds=seconds))
             print(f"epoch {epoch}/{args.epochs}  train loss {train_loss:.4f}  train acc {train_acc:.2%}  "
                   f"test acc {test_acc:.2%}  time {seconds:.1f}s", flush=True)
+    speed = step_speed(args, model, train_loader)
+    print(f"step time ({args.batch_size} examples): eager {speed['eager']:.2f} ms, lazy fused "
+          f"{speed['fused']:.2f} ms ({speed['eager'] / speed['fused']:.1f}x)", flush=True)
     final = dict(history[-1])
     del final["epoch"], final["seconds"]
+    final["step_ms"] = speed
     final.update(model=args.model, epochs=args.epochs, epoch_times=[h["seconds"] for h in history],
                  total_time=time.perf_counter() - start, history=history)
     return final
