@@ -19,6 +19,7 @@ from .dtypes import dtype_name
 from .errors import DeviceError, DTypeError, ShapeError, fmt_shape
 from .ir import build as ir_build
 from .ir.lazy import as_lazy
+from .traversal import postorder
 
 #: lazy mode: ops record IR and compute nothing until data is needed (SPEC "Lazy mode").
 LAZY_MODE = config.LAZY and BACKEND == "nd"
@@ -507,25 +508,11 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
 def find_topo_sort(node_list: List[Value]) -> List[Value]:
     """Nodes in topological order: a post-order depth-first search that visits each
     node's inputs in order.  Iterative, so 10,000-deep graphs are fine."""
-    visited = set()
-    topo_order = []
-    for root in node_list:
-        if root in visited:
-            continue
-        visited.add(root)
-        stack = [(root, 0)]
-        while stack:
-            node, i = stack[-1]
-            if i < len(node.inputs):
-                stack[-1] = (node, i + 1)
-                child = node.inputs[i]
-                if child not in visited:
-                    visited.add(child)
-                    stack.append((child, 0))
-            else:
-                stack.pop()
-                topo_order.append(node)
-    return topo_order
+    return postorder(node_list, _inputs)
+
+
+def _inputs(node: Value) -> List[Value]:
+    return node.inputs
 
 
 def sum_node_list(node_list):

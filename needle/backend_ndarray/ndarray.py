@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from ..dtypes import check_elementwise, dtype_name, np_dtype, require_same
+from .operators import ArrayOperators
 from ..errors import AxisError, DeviceError, ShapeError, fmt_shape, normalize_axes
 
 
@@ -77,7 +78,7 @@ def reshape_strides(shape, strides, new_shape):
     return tuple(new_strides)
 
 
-class NDArray:
+class NDArray(ArrayOperators):
     """A strided view on device storage.  `strides` and `offset` are in elements."""
 
     __slots__ = ("_shape", "_strides", "_offset", "_device", "_handle", "_dtype", "_np", "__weakref__")
@@ -329,48 +330,15 @@ class NDArray:
                               f"and {fmt_shape(other.shape)} on {other.device}")
         require_same(op, self.dtype, other.dtype, shapes=(self.shape, other.shape))
 
-    def _compare(self, op: str, other, reverse: bool = False) -> "NDArray":
-        result = self._binary(op, other, reverse)
-        return result if result is NotImplemented else result.astype(self.dtype)
-
-    def __add__(self, other): return self._binary("add", other)
-    def __radd__(self, other): return self._binary("add", other, True)
-    def __sub__(self, other): return self._binary("sub", other)
-    def __rsub__(self, other): return self._binary("sub", other, True)
-    def __mul__(self, other): return self._binary("mul", other)
-    def __rmul__(self, other): return self._binary("mul", other, True)
-    def __truediv__(self, other): return self._binary("div", other)
-    def __rtruediv__(self, other): return self._binary("div", other, True)
-    def __pow__(self, other): return self._binary("pow", other)
-    def __rpow__(self, other): return self._binary("pow", other, True)
-    def __neg__(self): return self._float_unary("neg")
-
-    # comparisons return 1/0 in the array's own dtype, as in the course framework
-    def __eq__(self, other): return self._compare("eq", other)
-    def __ne__(self, other): return self._compare("ne", other)
-    def __lt__(self, other): return self._compare("lt", other)
-    def __le__(self, other): return self._compare("le", other)
-    def __gt__(self, other): return self._compare("lt", other, True)
-    def __ge__(self, other): return self._compare("le", other, True)
-    __hash__ = None
-
     def where(self, a: "NDArray", b: "NDArray") -> "NDArray":
         """`a` where self is nonzero, else `b` (all broadcast to one shape)."""
         shape = broadcast_shapes("where", self.shape, a.shape, b.shape)
         require_same("where", a.dtype, b.dtype, shapes=(a.shape, b.shape))
         return self._device.where(self.broadcast_to(shape), a.broadcast_to(shape), b.broadcast_to(shape))
 
-    def maximum(self, other): return self._binary("max", other)
-    def minimum(self, other): return self._binary("min", other)
-    def _float_unary(self, op: str) -> "NDArray":
+    def _unary(self, op: str) -> "NDArray":
         check_elementwise(op, self.dtype, (self.shape,))
         return self._device.unary(op, self)
-
-    def exp(self): return self._float_unary("exp")
-    def log(self): return self._float_unary("log")
-    def tanh(self): return self._float_unary("tanh")
-    def sqrt(self): return self._float_unary("sqrt")
-    def abs(self): return self._float_unary("abs")
 
     def _reduce(self, op: str, axis, keepdims: bool) -> "NDArray":
         axes = normalize_axes(op, axis, self.ndim, self.shape)

@@ -12,6 +12,7 @@ import numbers
 import numpy as np
 
 from ..backend_ndarray.ndarray import NDArray, _infer_reshape, broadcast_shapes, matmul_shapes
+from ..backend_ndarray.operators import ArrayOperators
 from ..dtypes import dtype_name
 from ..errors import DeviceError, ShapeError, fmt_shape, normalize_axes
 from . import build
@@ -36,7 +37,7 @@ def _scalar(x) -> bool:
     return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, bool)
 
 
-class LazyArray(Node):
+class LazyArray(Node, ArrayOperators):
     """A pending array.  Shape, dtype and device are known; data is not."""
 
     __slots__ = ()
@@ -67,40 +68,13 @@ class LazyArray(Node):
         shape = broadcast_shapes(op, a.shape, b.shape)
         return build.elementwise(op, a.broadcast_to(shape), b.broadcast_to(shape))
 
-    def _compare(self, op: str, other, reverse: bool = False) -> "LazyArray":
-        out = self._binary(op, other, reverse)
-        return out if out is NotImplemented else build.cast(out, self.dtype)
-
-    def __add__(self, other): return self._binary("add", other)
-    def __radd__(self, other): return self._binary("add", other, True)
-    def __sub__(self, other): return self._binary("sub", other)
-    def __rsub__(self, other): return self._binary("sub", other, True)
-    def __mul__(self, other): return self._binary("mul", other)
-    def __rmul__(self, other): return self._binary("mul", other, True)
-    def __truediv__(self, other): return self._binary("div", other)
-    def __rtruediv__(self, other): return self._binary("div", other, True)
-    def __rpow__(self, other): return self._binary("pow", other, True)
-    def __neg__(self): return build.elementwise("neg", self)
+    def _unary(self, op: str) -> "LazyArray":
+        return build.elementwise(op, self)
 
     def __pow__(self, other):
         if _scalar(other):  # the exponent is part of the program (x**2 -> x*x)
             return build.elementwise("pow", self, build.const(other, self.shape, self.dtype, self.device))
         return self._binary("pow", other)
-
-    def __eq__(self, other): return self._compare("eq", other)
-    def __ne__(self, other): return self._compare("ne", other)
-    def __lt__(self, other): return self._compare("lt", other)
-    def __le__(self, other): return self._compare("le", other)
-    def __gt__(self, other): return self._compare("lt", other, True)
-    def __ge__(self, other): return self._compare("le", other, True)
-
-    def maximum(self, other): return self._binary("max", other)
-    def minimum(self, other): return self._binary("min", other)
-    def exp(self): return build.elementwise("exp", self)
-    def log(self): return build.elementwise("log", self)
-    def tanh(self): return build.elementwise("tanh", self)
-    def sqrt(self): return build.elementwise("sqrt", self)
-    def abs(self): return build.elementwise("abs", self)
 
     def astype(self, dtype) -> "LazyArray":
         return build.cast(self, dtype_name(dtype))

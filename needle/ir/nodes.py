@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import itertools
 
+from ..traversal import postorder
+
 UNARY = ("neg", "exp", "log", "tanh", "sqrt", "abs")
 BINARY = ("add", "sub", "mul", "div", "pow", "max", "min", "lt", "le", "eq", "ne")
 COMPARE = ("lt", "le", "eq", "ne")
@@ -113,22 +115,9 @@ def _fmt_index(index) -> str:
 
 
 def toposort(outputs) -> list:
-    """Nodes reachable from `outputs`, sources before users (iterative DFS)."""
-    seen, order = set(), []
-    for root in outputs:
-        if id(root) in seen:
-            continue
-        seen.add(id(root))
-        stack = [(root, 0)]
-        while stack:
-            node, i = stack[-1]
-            if i < len(node.srcs):
-                stack[-1] = (node, i + 1)
-                src = node.srcs[i]
-                if id(src) not in seen:
-                    seen.add(id(src))
-                    stack.append((src, 0))
-            else:
-                stack.pop()
-                order.append(node)
-    return order
+    """Nodes reachable from `outputs`, sources before users."""
+    return postorder(outputs, _srcs)
+
+
+def _srcs(node):
+    return node.srcs
