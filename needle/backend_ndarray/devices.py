@@ -175,23 +175,60 @@ def _build():
 
 
 class CUDADevice(Device):
-    """NVIDIA GPU through PyCUDA; everything is delegated to needle.runtime.cuda,
-    imported lazily so that needle runs without PyCUDA."""
+    """NVIDIA GPU through PyCUDA: storage is device memory (`runtime.cuda.DeviceBuffer`),
+    every primitive runs as one generated CUDA kernel (eager mode) built by the same
+    compiler that fuses lazy graphs.  needle.runtime.cuda is imported lazily and
+    imports PyCUDA lazily, so `cuda()` exists, prints and answers `enabled()` on any
+    machine; touching its storage without PyCUDA, a driver or a GPU raises one
+    DeviceError that names the missing piece."""
 
     name = "cuda"
 
-    def _backend(self):
+    @staticmethod
+    def _rt():
         from ..runtime import cuda as cuda_runtime
-        return cuda_runtime.backend()
+        cuda_runtime.require()
+        return cuda_runtime
 
     def enabled(self) -> bool:
         from ..runtime import cuda as cuda_runtime
         return cuda_runtime.available()[0]
 
-    def __getattr__(self, attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return getattr(self._backend(), attr)
+    # ---- storage ----------------------------------------------------------------------
+    def alloc(self, size: int, dtype: str):
+        return self._rt().DeviceBuffer(size, dtype)
+
+    def storage_size(self, handle) -> int:
+        return handle.size
+
+    def from_numpy(self, array: np.ndarray):
+        return self._rt().from_numpy(array)
+
+    def to_numpy(self, a: NDArray) -> np.ndarray:
+        return self._rt().to_numpy(a)
+
+    def numpy_view(self, a: NDArray):
+        """No live host memory on a GPU: an object whose `.flat` reads and writes
+        single elements through copies, and which `np.asarray` copies."""
+        return self._rt().HostView(a)
+
+    def assign(self, view: NDArray, value) -> None:
+        self._rt().assign(view, value)
+
+    def wrap(self, result: np.ndarray, dtype=None) -> NDArray:
+        result = np.asarray(result, dtype=np_dtype(dtype) if dtype else None)
+        return NDArray(result, device=self, dtype=result.dtype.name)
+
+    # ---- primitives: the compiled kernels, exactly as on cpu() -------------------------
+    _kernel = CPUDevice._kernel
+    copy = CPUDevice.copy
+    cast = CPUDevice.cast
+    unary = CPUDevice.unary
+    binary = CPUDevice.binary
+    binary_scalar = CPUDevice.binary_scalar
+    where = CPUDevice.where
+    reduce = CPUDevice.reduce
+    matmul = CPUDevice.matmul
 
 
 _CPU_NUMPY = CPUNumpyDevice()

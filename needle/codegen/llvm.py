@@ -147,9 +147,9 @@ class _Renderer:
             lo, hi = self.start, self.stop
         else:
             lo = self._index(s.start)
-            hi = self._index(s.extent)
+            hi = self._index(s.extent)  # a count, as everywhere in the kernel IR
             if s.start != 0:
-                hi = b.add(lo, hi) if not isinstance(s.extent, int) else hi
+                hi = b.add(lo, hi)
         pre = b.block
         header = b.function.append_basic_block(f"{s.var}.head")
         body = b.function.append_basic_block(f"{s.var}.body")
