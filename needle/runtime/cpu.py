@@ -10,25 +10,22 @@ from __future__ import annotations
 
 import ctypes
 import math
-import threading
 import time
 
 import numpy as np
 
 from .. import config
 from ..backend_ndarray.ndarray import NDArray
-from ..compiler import schedule as scheduling
 from ..dtypes import np_dtype
 from ..errors import BoundsError
-from . import counters, jit
+from . import counters, jit, schedules
 from .pool import POOL
+from .schedules import ScheduleCache
 
 #: below this many elements of work per thread a kernel runs on one thread
 #: (a GOMP round trip costs about a microsecond; tiny kernels do not gain)
 MIN_WORK_PER_THREAD = 1 << 18
 
-_schedules = {}
-_lock = threading.Lock()
 
 
 class CompiledSchedule:
@@ -137,40 +134,18 @@ def _launch(kernel, args: _Args, i: int, total: int, threaded: bool, limits) -> 
                           "(NEEDLE_BOUNDS_CHECK caught it; this is a needle bug, please report it)")
 
 
+SCHEDULES = ScheduleCache("cpu", lambda schedule: CompiledSchedule(schedule),
+                          lambda: (config.THREADS, config.BOUNDS_CHECK), show=lambda k: jit.llvm_ir(k))
+
+
 def compiled_schedule(nodes):
     """(CompiledSchedule, leaves, scalars) for the graph of `nodes`."""
-    key, leaves, _, scalars, _ = scheduling.structure(nodes)
-    key = (key, config.THREADS, config.BOUNDS_CHECK)  # both change the compiled schedule
-    entry = _schedules.get(key)
-    if entry is not None:
-        counters.add("schedule_cache_hits")
-        return entry, leaves, scalars
-    t0 = time.perf_counter()
-    schedule, fused = scheduling.plan(nodes, target="cpu")
-    counters.add("schedule_seconds", time.perf_counter() - t0)
-    if config.DEBUG >= 3:
-        for c in schedule.calls:
-            print(c.kernel.text())
-            if config.DEBUG >= 4:
-                print(jit.llvm_ir(c.kernel))
-    entry = CompiledSchedule(schedule)
-    with _lock:
-        _schedules[key] = entry
-    return entry, leaves, scalars
+    return SCHEDULES.get(nodes)
 
 
 def realize(nodes) -> None:
-    from . import describe
-    entry, leaves, scalars = compiled_schedule(nodes)
-    if config.DEBUG >= 1:
-        print(describe.schedule_summary(entry.schedule))
-    t0 = time.perf_counter()
-    outputs = entry.run(leaves, scalars, nodes[0].device)
-    counters.add("run_seconds", time.perf_counter() - t0)
-    counters.add("schedules")
-    for node, array in zip(nodes, outputs):
-        node.become_buffer(array)
+    schedules.realize(SCHEDULES, nodes)
 
 
 def clear_schedule_cache() -> None:
-    _schedules.clear()
+    SCHEDULES.clear()

@@ -30,13 +30,13 @@ import numpy as np
 from .. import config
 from ..dtypes import itemsize
 from ..errors import BoundsError, CompileError, DeviceError
-from . import counters, disk_cache
+from . import counters, disk_cache, schedules
+from .schedules import ScheduleCache
 from .cuda_memory import (POOL, DeviceBuffer, DevicePool, FlatAccess, HostView, assign,  # noqa: F401
                           from_numpy, to_numpy)
 
 _state = {}
 _lock = threading.RLock()
-_schedules = {}
 _modules = {}
 
 
@@ -88,7 +88,7 @@ def require() -> dict:
 def _shutdown() -> None:
     POOL.clear()
     _modules.clear()
-    _schedules.clear()
+    SCHEDULES.clear()
     try:
         _state["context"].pop()
         from pycuda.tools import clear_context_caches
@@ -253,42 +253,26 @@ class CompiledSchedule:
                               "this is a needle bug, please report it)")
 
 
+SCHEDULES = ScheduleCache("cuda", lambda schedule: CompiledSchedule(schedule),
+                          lambda: (config.BOUNDS_CHECK,), show=lambda k: _render(k))
+
+
+def _render(kernel) -> str:
+    from ..codegen import cuda as cuda_codegen
+    return cuda_codegen.render_module([kernel])
+
+
 def compiled_schedule(nodes):
-    from ..compiler import schedule as scheduling
-    key, leaves, _, scalars, _ = scheduling.structure(nodes)
-    key = (key, config.BOUNDS_CHECK)
-    entry = _schedules.get(key)
-    if entry is not None:
-        counters.add("schedule_cache_hits")
-        return entry, leaves, scalars
-    t0 = time.perf_counter()
-    schedule, _ = scheduling.plan(nodes, target="cuda")
-    counters.add("schedule_seconds", time.perf_counter() - t0)
-    if config.DEBUG >= 3:
-        for c in schedule.calls:
-            print(c.kernel.text())
-    entry = CompiledSchedule(schedule)
-    with _lock:
-        _schedules[key] = entry
-    return entry, leaves, scalars
+    """(CompiledSchedule, leaves, scalars) for the graph of `nodes`."""
+    return SCHEDULES.get(nodes)
 
 
 def realize(nodes) -> None:
-    """Compute `nodes` (pending, all on cuda()) with one schedule."""
+    """Compute `nodes` (pending, all on cuda()) with one schedule, and wait for the GPU:
+    run_seconds then counts GPU time, and a caller timing realize() (python -m needle
+    compare) measures the work, not the launches."""
     require()
-    from . import describe
-    entry, leaves, scalars = compiled_schedule(nodes)
-    if config.DEBUG >= 1:
-        print(describe.schedule_summary(entry.schedule))
-    t0 = time.perf_counter()
-    outputs = entry.run(leaves, scalars, nodes[0].device)
-    # Wait for the kernels: run_seconds then counts GPU time, and a caller timing
-    # realize() (python -m needle compare) measures the work, not the launches.
-    _state["drv"].Context.synchronize()
-    counters.add("run_seconds", time.perf_counter() - t0)
-    counters.add("schedules")
-    for node, array in zip(nodes, outputs):
-        node.become_buffer(array)
+    schedules.realize(SCHEDULES, nodes, wait=lambda: _state["drv"].Context.synchronize())
 
 
 def synchronize() -> None:
@@ -297,4 +281,4 @@ def synchronize() -> None:
 
 
 def clear_schedule_cache() -> None:
-    _schedules.clear()
+    SCHEDULES.clear()

@@ -33,14 +33,14 @@ def gpu(tmp_path, monkeypatch):
     saved = fake_pycuda.install()
     old = dict(rt._state)
     rt._state.clear()
-    rt._schedules.clear()
+    rt.clear_schedule_cache()
     rt._modules.clear()
     try:
         yield rt
     finally:
         rt._state.clear()
         rt._state.update(old)
-        rt._schedules.clear()
+        rt.clear_schedule_cache()
         rt._modules.clear()
         rt.POOL.clear()
         fake_pycuda.uninstall(saved)
@@ -80,7 +80,7 @@ def test_lazy_graph_matches_cpu_and_is_cached(gpu):
     again = program(ndl.cuda())
     ndl.realize(*again)
     assert runtime.stats()["schedule_cache_hits"] >= 1
-    gpu._schedules.clear()
+    gpu.clear_schedule_cache()
     gpu._modules.clear()  # a new process: the compiled module comes from the disk cache
     third = program(ndl.cuda())
     ndl.realize(*third)
