@@ -154,11 +154,11 @@ class Value:
         args = [x._compute_input() for x in inputs]
         if LAZY_MODE:
             origin = ir_build.ORIGIN
-            previous, origin[0] = origin[0], op.name
+            previous, origin.name = origin.name, op.name
             try:
                 value._cached_data = op.compute(*args)
             finally:
-                origin[0] = previous
+                origin.name = previous
         else:
             value._cached_data = op.compute(*args)
         if not value.requires_grad:

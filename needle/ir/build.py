@@ -7,18 +7,24 @@ line that wrote it with a message naming the op and the shapes; later stages
 from __future__ import annotations
 
 import math
+import threading
 
 from ..dtypes import check_elementwise, dtype_name, is_float, require_same
 from ..errors import AxisError, DeviceError, DTypeError, ShapeError, fmt_shape, normalize_axes
 from . import lazy
 from .nodes import BINARY, COMPARE, UNARY, Scalar
 
-#: name of the frontend op whose compute() is building nodes right now (for dumps)
-ORIGIN = [""]
+class _Origin(threading.local):
+    """Name of the frontend op whose compute() is building nodes right now (for
+    dumps); per thread, so graphs built concurrently are labelled correctly."""
+    name = ""
+
+
+ORIGIN = _Origin()
 
 
 def _new(op, srcs, arg, shape, dtype, device):
-    return lazy.LazyArray(op, tuple(srcs), arg, tuple(shape), dtype, device, ORIGIN[0])
+    return lazy.LazyArray(op, tuple(srcs), arg, tuple(shape), dtype, device, ORIGIN.name)
 
 
 # ---- loads ------------------------------------------------------------------------------------
