@@ -148,21 +148,21 @@ class Value:
     @classmethod
     def make_from_op(cls, op: Op, inputs: List["Value"]) -> "Value":
         _check_devices(op, inputs)
-        value = cls.__new__(cls)
-        value._init(op, list(inputs))
         # eager: compute now; lazy: record the IR now.  Either way bad shapes raise here.
         args = [x._compute_input() for x in inputs]
         if LAZY_MODE:
             origin = ir_build.ORIGIN
             previous, origin.name = origin.name, op.name
             try:
-                value._cached_data = op.compute(*args)
+                data = op.compute(*args)
             finally:
                 origin.name = previous
         else:
-            value._cached_data = op.compute(*args)
-        if not value.requires_grad:
-            return value.detach()
+            data = op.compute(*args)
+        if not any(x.requires_grad for x in inputs):
+            return cls.make_const(data)  # nothing to differentiate: keep no graph
+        value = cls.__new__(cls)
+        value._init(op, list(inputs), cached_data=data, requires_grad=True)
         return value
 
 

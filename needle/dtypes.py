@@ -13,6 +13,8 @@ DTYPES = {
     "bool": np.dtype("bool"),
 }
 FLOATS = ("float32", "float64")
+#: numpy dtype -> name, for a fast lookup on hot paths (np.dtype.name is slow)
+NAMES = {dt: name for name, dt in DTYPES.items()}
 INTS = ("int32", "int64", "uint8")
 
 
@@ -22,6 +24,8 @@ def dtype_name(dtype) -> str:
         return "float32"
     if isinstance(dtype, str) and dtype in DTYPES:
         return dtype
+    if isinstance(dtype, np.dtype) and dtype in NAMES:
+        return NAMES[dtype]
     try:
         name = np.dtype(dtype).name
     except TypeError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import dtype_name, np_dtype
+from ..dtypes import NAMES, dtype_name, np_dtype
 from ..errors import DeviceError
 from . import numpy_kernels as K
 from .ndarray import NDArray, compact_strides, prod
@@ -88,7 +88,7 @@ class HostDevice(Device):
     def wrap(self, result: np.ndarray, dtype=None) -> NDArray:
         """An NDArray owning the numpy result (copied only if not contiguous)."""
         result = np.asarray(result, dtype=np_dtype(dtype) if dtype else None, order="C")
-        return NDArray.make(result.shape, device=self, handle=result.reshape(-1), dtype=result.dtype.name)
+        return NDArray.make(result.shape, device=self, handle=result.reshape(-1), dtype=NAMES[result.dtype])
 
     def assign(self, view: NDArray, value) -> None:
         self.numpy_view(view)[...] = self.numpy_view(value) if isinstance(value, NDArray) else value

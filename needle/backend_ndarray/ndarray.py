@@ -12,9 +12,9 @@ import numbers
 
 import numpy as np
 
-from ..dtypes import check_elementwise, dtype_name, np_dtype, require_same
+from ..dtypes import DTYPES, check_elementwise, dtype_name, np_dtype, require_same
 from .operators import ArrayOperators
-from ..errors import AxisError, DeviceError, ShapeError, fmt_shape, normalize_axes
+from ..errors import AxisError, DeviceError, DTypeError, ShapeError, fmt_shape, normalize_axes
 
 
 def prod(xs) -> int:
@@ -97,6 +97,7 @@ class NDArray(ArrayOperators):
             other = other.numpy()
         device = device if device is not None else default_device()
         dtype = dtype_name(dtype)
+        _check_numeric(other, dtype)
         arr = np.array(other, dtype=np_dtype(dtype), order="C", copy=True)
         self._init_from(NDArray.make(arr.shape, device=device, handle=device.from_numpy(arr), dtype=dtype))
 
@@ -107,13 +108,15 @@ class NDArray(ArrayOperators):
     @staticmethod
     def make(shape, strides=None, device=None, handle=None, offset=0, dtype="float32") -> "NDArray":
         """Create an array over `handle` (allocated if None) without copying."""
-        from .devices import default_device
+        if device is None:
+            from .devices import default_device
+            device = default_device()
         array = NDArray.__new__(NDArray)
         array._shape = tuple(int(s) for s in shape)
         array._strides = compact_strides(array._shape) if strides is None else tuple(int(s) for s in strides)
         array._offset = int(offset)
-        array._device = device if device is not None else default_device()
-        array._dtype = dtype_name(dtype)
+        array._device = device
+        array._dtype = dtype if dtype in DTYPES else dtype_name(dtype)
         array._handle = array._device.alloc(prod(array._shape), array._dtype) if handle is None else handle
         array._np = None
         return array
@@ -380,9 +383,28 @@ def matmul_shapes(a_shape, b_shape):
     return batch, a_shape[-2], a_shape[-1], b_shape[-1]
 
 
+def _check_numeric(data, dtype: str) -> None:
+    """numpy would turn None into nan and drop imaginary parts without a word."""
+    if data is None or isinstance(data, complex) or \
+            (isinstance(data, np.ndarray) and data.dtype.kind in "cOV"):
+        what = type(data).__name__ if not isinstance(data, np.ndarray) else f"{data.dtype} array"
+        raise DTypeError(f"array: cannot make a {dtype} array from {what}; expected real numbers")
+    if isinstance(data, (list, tuple)):
+        try:
+            kind = np.asarray(data).dtype.kind
+        except (ValueError, TypeError):
+            return  # ragged or mixed: the conversion itself reports it
+        if kind in "cO":
+            raise DTypeError(f"array: cannot make a {dtype} array from a list holding "
+                             f"{'complex numbers' if kind == 'c' else 'non-numbers'}; expected real numbers")
+
+
 def _infer_reshape(shape, new_shape) -> tuple:
     if isinstance(new_shape, numbers.Integral):
         new_shape = (new_shape,)
+    if isinstance(new_shape, (str, bytes)) or not hasattr(new_shape, "__iter__") or \
+            not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in new_shape):
+        raise ShapeError(f"reshape: the new shape must be integers, got {new_shape!r} for {fmt_shape(shape)}")
     new_shape = [int(s) for s in new_shape]
     size = prod(shape)
     if new_shape.count(-1) > 1:
