@@ -19,6 +19,7 @@ from .dtypes import dtype_name
 from .errors import DeviceError, DTypeError, ShapeError, fmt_shape
 from .ir import build as ir_build
 from .ir.lazy import as_lazy
+from .tensor_methods import TensorMethods
 from .traversal import postorder
 
 #: lazy mode: ops record IR and compute nothing until data is needed (SPEC "Lazy mode").
@@ -213,7 +214,7 @@ class TensorTuple(Value):
         return first.device if hasattr(first, "device") else cpu()
 
 
-class Tensor(Value):
+class Tensor(TensorMethods, Value):
     grad: "Tensor" = None  # set by backward()
 
     def __init__(self, array, *, device: Optional[Device] = None, dtype=None,
@@ -332,154 +333,6 @@ class Tensor(Value):
         if device == self.device:
             return self
         return Tensor(self.numpy(), device=device, dtype=self.dtype, requires_grad=self.requires_grad)
-
-    def astype(self, dtype) -> "Tensor":
-        from . import ops
-        return ops.astype(self, dtype)
-
-    # ---- operators ----------------------------------------------------------------------
-    def _other(self, other) -> "Tensor":
-        """Wrap an array-like operand as a constant tensor on this device."""
-        if isinstance(other, Tensor):
-            return other
-        return Tensor(other, device=self.device, dtype=self.dtype, requires_grad=False)
-
-    def __add__(self, other):
-        from . import ops
-        if _is_scalar(other):
-            return ops.add_scalar(self, other)
-        return ops.add(self, self._other(other))
-
-    def __sub__(self, other):
-        from . import ops
-        if _is_scalar(other):
-            return ops.add_scalar(self, -other)
-        return ops.subtract(self, self._other(other))
-
-    def __rsub__(self, other):
-        from . import ops
-        if _is_scalar(other):
-            return ops.add_scalar(ops.negate(self), other)
-        return ops.subtract(self._other(other), self)
-
-    def __mul__(self, other):
-        from . import ops
-        if _is_scalar(other):
-            return ops.mul_scalar(self, other)
-        return ops.multiply(self, self._other(other))
-
-    def __truediv__(self, other):
-        from . import ops
-        if _is_scalar(other):
-            return ops.divide_scalar(self, other)
-        return ops.divide(self, self._other(other))
-
-    def __rtruediv__(self, other):
-        from . import ops
-        if _is_scalar(other):
-            return ops.mul_scalar(ops.power_scalar(self, -1), other)
-        return ops.divide(self._other(other), self)
-
-    def __pow__(self, other):
-        from . import ops
-        if _is_scalar(other):
-            return ops.power_scalar(self, other)
-        return ops.power(self, self._other(other))
-
-    def __rpow__(self, other):
-        from . import ops
-        return ops.power(self._other(other), self)
-
-    def __matmul__(self, other):
-        from . import ops
-        return ops.matmul(self, self._other(other))
-
-    def __rmatmul__(self, other):
-        from . import ops
-        return ops.matmul(self._other(other), self)
-
-    def __neg__(self):
-        from . import ops
-        return ops.negate(self)
-
-    def __getitem__(self, idxs):
-        from . import ops
-        return ops.getitem(self, idxs)
-
-    __radd__ = __add__
-    __rmul__ = __mul__
-
-    # ---- methods ------------------------------------------------------------------------
-    def matmul(self, other):
-        return self.__matmul__(other)
-
-    def sum(self, axes=None, keepdims=False):
-        from . import ops
-        return ops.summation(self, axes, keepdims=keepdims)
-
-    def mean(self, axes=None, keepdims=False):
-        from . import ops
-        return ops.mean(self, axes, keepdims=keepdims)
-
-    def max(self, axes=None, keepdims=False):
-        from . import ops
-        return ops.max(self, axes, keepdims=keepdims)
-
-    def broadcast_to(self, shape):
-        from . import ops
-        return ops.broadcast_to(self, shape)
-
-    def reshape(self, *shape):
-        from . import ops
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        return ops.reshape(self, shape)
-
-    def transpose(self, axes=None):
-        from . import ops
-        return ops.transpose(self, axes)
-
-    def permute(self, *axes):
-        from . import ops
-        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-            axes = tuple(axes[0])
-        return ops.permute(self, axes)
-
-    def flip(self, axes):
-        from . import ops
-        return ops.flip(self, axes)
-
-    def relu(self):
-        from . import ops
-        return ops.relu(self)
-
-    def exp(self):
-        from . import ops
-        return ops.exp(self)
-
-    def log(self):
-        from . import ops
-        return ops.log(self)
-
-    def tanh(self):
-        from . import ops
-        return ops.tanh(self)
-
-    def sigmoid(self):
-        from . import ops
-        return ops.sigmoid(self)
-
-    def sqrt(self):
-        from . import ops
-        return ops.sqrt(self)
-
-    @property
-    def T(self):
-        return self.transpose()
-
-
-def _is_scalar(x) -> bool:
-    return isinstance(x, (int, float, numpy.number)) and not isinstance(x, bool)
 
 
 def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> None:
