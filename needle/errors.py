@@ -26,6 +26,14 @@ class DataError(NeedleError, ValueError):
     """A data file is missing, truncated or malformed."""
 
 
+class IndexingError(NeedleError, IndexError):
+    """An index is out of range or of an unsupported kind (getitem, tuple items)."""
+
+
+class ArgumentError(NeedleError, ValueError):
+    """A non-tensor argument is invalid: a stride, a dilation, a stage name, a path."""
+
+
 class CompileError(NeedleError, RuntimeError):
     """Code generation or JIT compilation failed (a needle bug, reported clearly)."""
 
@@ -45,6 +53,8 @@ def normalize_axes(op: str, axes, ndim: int, shape=None) -> tuple:
         return tuple(range(ndim))
     if isinstance(axes, (int,)) or hasattr(axes, "__index__"):
         axes = (axes,)
+    elif isinstance(axes, (str, bytes)) or not hasattr(axes, "__iter__"):
+        raise AxisError(f"{op}: axes must be an int, a tuple of ints or None, got {axes!r}")
     out = []
     for ax in axes:
         if not hasattr(ax, "__index__"):

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..dtypes import DTYPES, check_elementwise, dtype_name, np_dtype, require_same
 from .operators import ArrayOperators
-from ..errors import AxisError, DeviceError, DTypeError, ShapeError, fmt_shape, normalize_axes
+from ..errors import (AxisError, DeviceError, DTypeError, IndexingError, NeedleError, ShapeError, fmt_shape,
+                      normalize_axes)
 
 
 def prod(xs) -> int:
@@ -204,6 +205,8 @@ class NDArray(ArrayOperators):
 
     def flip(self, axes) -> "NDArray":
         axes = normalize_axes("flip", axes, self.ndim, self.shape)
+        if self.size == 0:
+            return self  # nothing to reverse; moving the offset would point past an empty buffer
         offset, strides = self._offset, list(self._strides)
         for a in axes:
             if self._shape[a] > 0:
@@ -217,9 +220,10 @@ class NDArray(ArrayOperators):
             idxs = (idxs,)
         n_real = sum(1 for i in idxs if i is not None and i is not Ellipsis)
         if sum(1 for i in idxs if i is Ellipsis) > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
+            raise IndexingError(f"getitem: an index can only have a single ellipsis ('...'), "
+                                f"shape {fmt_shape(self.shape)}")
         if n_real > self.ndim:
-            raise IndexError(f"too many indices ({n_real}) for NDArray of shape {fmt_shape(self.shape)}")
+            raise IndexingError(f"getitem: too many indices ({n_real}) for NDArray of shape {fmt_shape(self.shape)}")
         expanded = []
         for i in idxs:
             if i is Ellipsis:
@@ -245,11 +249,15 @@ class NDArray(ArrayOperators):
             elif isinstance(i, numbers.Integral) or hasattr(i, "__index__"):
                 k = int(i)
                 if not -n <= k < n:
-                    raise IndexError(f"index {k} is out of bounds for axis {axis} with size {n}")
+                    raise IndexingError(f"getitem: index {k} is out of bounds for axis {axis} of shape "
+                                        f"{fmt_shape(self.shape)}")
                 offset += (k % n) * st
             else:
-                raise IndexError(f"NDArray indices must be ints, slices, None or ...; got {type(i).__name__}")
+                raise IndexingError(f"getitem: NDArray indices must be ints, slices, None or ...; got "
+                                    f"{type(i).__name__} for shape {fmt_shape(self.shape)}")
             axis += 1
+        if prod(shape) == 0:
+            offset = self._offset  # an empty view reads nothing; its offset must stay inside the buffer
         return self._view(tuple(shape), tuple(strides), offset)
 
     def __getitem__(self, idxs) -> "NDArray":
@@ -270,7 +278,14 @@ class NDArray(ArrayOperators):
         elif isinstance(other, numbers.Number):
             pass
         else:
-            return self.__setitem__(idxs, NDArray(np.asarray(other), device=self.device, dtype=self.dtype))
+            try:
+                value = NDArray(np.asarray(other), device=self.device, dtype=self.dtype)
+            except (TypeError, ValueError) as e:
+                if isinstance(e, NeedleError):
+                    raise
+                raise DTypeError(f"setitem: cannot store {type(other).__name__} in a {self.dtype} array "
+                                 f"of shape {fmt_shape(self.shape)}: {e}") from None
+            return self.__setitem__(idxs, value)
         self._device.assign(view, other)
 
     # ---- conversion -----------------------------------------------------------------
@@ -288,6 +303,9 @@ class NDArray(ArrayOperators):
         return self._device.numpy_view(self).flat
 
     def to(self, device) -> "NDArray":
+        from .devices import Device
+        if not isinstance(device, Device):
+            raise DeviceError(f"to: expected a needle device such as cpu(), got {device!r}")
         return self if device == self.device else NDArray(self.numpy(), device=device, dtype=self.dtype)
 
     def astype(self, dtype) -> "NDArray":
@@ -299,7 +317,7 @@ class NDArray(ArrayOperators):
 
     def item(self):
         if self.size != 1:
-            raise ValueError(f"item: NDArray of shape {fmt_shape(self.shape)} has {self.size} elements")
+            raise ShapeError(f"item: NDArray of shape {fmt_shape(self.shape)} has {self.size} elements, not 1")
         return self.numpy().reshape(()).item()
 
     def __float__(self):

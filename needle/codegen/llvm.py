@@ -30,6 +30,7 @@ VOID = ir.VoidType()
 TYPES = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "uint8": I8, "bool": I1}
 MEMORY_TYPES = dict(TYPES, bool=I8)
 FAST = ("reassoc", "contract", "nsz")
+SUM_FLAGS = ("reassoc", "contract")
 _TYPE_SUFFIX = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint8": "i8", "bool": "i8"}
 _ALIGN = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint8": 1, "bool": 1}
 
@@ -199,7 +200,10 @@ class _Renderer:
         if not is_float(dtype):
             return self._binary(op, acc, x, dtype)
         if op == "add":
-            return self.b.fadd(acc, x, flags=FAST)
+            # reassoc (so the loop vectorizes) but not nsz: reassoc with nsz also lets LLVM
+            # factor a*b + a*c into a*(b + c), which turns (-0 * -inf) + (-inf * -1e30) = nan
+            # into -inf * -1e30 = inf (a batched x @ x reads the same element twice)
+            return self.b.fadd(acc, x, flags=SUM_FLAGS)
         return self._call_intrinsic("llvm.maximum", dtype, [acc, x], fastmath=FAST)
 
     def _s_LocalArray(self, s: K.LocalArray) -> None:
@@ -320,9 +324,11 @@ class _Renderer:
 
     def _e_Binary(self, e: K.Binary):
         a, b_ = self._unify(self.expr(e.a), self.expr(e.b))
-        return self._binary(e.op, a, b_, e.a.dtype if e.op in K.COMPARE else e.dtype, e.b)
+        # acc + a*b into a local accumulator (the matmul micro-kernel's tile) may become an fma
+        accumulate = e.op == "add" and any(isinstance(x, K.Load) and x.buf in self.locals for x in (e.a, e.b))
+        return self._binary(e.op, a, b_, e.a.dtype if e.op in K.COMPARE else e.dtype, e.b, accumulate)
 
-    def _binary(self, op, a, b_, dtype, b_expr=None):
+    def _binary(self, op, a, b_, dtype, b_expr=None, accumulate=False):
         b = self.b
         if op in ("and", "or"):
             return b.and_(a, b_) if op == "and" else b.or_(a, b_)
@@ -334,8 +340,14 @@ class _Renderer:
                 return self._pow(a, b_, dtype, b_expr)
             if op in ("max", "min"):
                 return self._call_intrinsic("llvm.maximum" if op == "max" else "llvm.minimum", dtype, [a, b_])
-            # contract: a*b + c may become one fma (as C compilers do by default)
-            return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op](a, b_, flags=("contract",))
+            # A product may be contracted (fma) only into an accumulation: a reduction's
+            # acc + x (its fadd carries SUM_FLAGS) or an add into a local accumulator array.
+            # An elementwise a*b - c must round a*b exactly as every other place that
+            # computes a*b does: softmax and logsumexp compute x*c - max(x*c) after a max
+            # stage that rounded x*c; as fma(x, c, -max) the largest element gave the
+            # unrounded residual instead of 0, and exp(residual) is inf for |x*c| ~ 1e10.
+            flags = ("contract",) if op == "mul" or (accumulate and op == "add") else ()
+            return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op](a, b_, flags=flags)
         signed = dtype not in ("uint8", "bool")
         cmp = b.icmp_signed if signed else b.icmp_unsigned
         if op in K.COMPARE:

@@ -270,6 +270,8 @@ def _stage_legal(r, k: Group, consumers) -> str:
     """Why reduction `r` cannot become a stage of kernel `k` ("" if it can)."""
     if k.kind not in ("elementwise", "reduce"):
         return f"its reader is a {k.kind} kernel"
+    if k.root.op == "assemble":  # its pieces become kernels of their own, without stages
+        return "its reader is an assemble (one kernel per piece)"
     full, kept = r.srcs[0].shape, r.shape
     if k.stages and (k.stages[0].srcs[0].shape != full or k.stages[0].arg != r.arg):
         return "the reader already reduces another domain"

@@ -6,6 +6,7 @@ CUDA C.
 """
 from __future__ import annotations
 
+from ..errors import ArgumentError
 from . import draw, printer
 from .nodes import Node, toposort  # noqa: F401
 
@@ -23,7 +24,7 @@ def dump(*tensors, stage: str = "graph") -> str:
     if stage == "graph":
         return printer.graph_text(outputs)
     if stage not in STAGES:
-        raise ValueError(f"dump: unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+        raise ArgumentError(f"dump: unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
     from ..compiler import stages
     return stages.dump(outputs, stage)
 
@@ -38,4 +39,4 @@ def visualize(*tensors, path: str, stage: str = "graph") -> str:
         from ..compiler import stages
         order, num, clusters, folded_outputs = stages.kernel_clusters(outputs)
         return draw.write(draw.dot_text(order, num, folded_outputs, clusters), path)
-    raise ValueError(f"visualize: stage must be 'graph' or 'fused', got {stage!r}")
+    raise ArgumentError(f"visualize: stage must be 'graph' or 'fused', got {stage!r}")

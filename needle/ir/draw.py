@@ -5,7 +5,7 @@ import os
 import shutil
 import subprocess
 
-from ..errors import NeedleError
+from ..errors import ArgumentError, NeedleError
 
 _COLORS = {"buffer": "#cfe2f3", "const": "#eeeeee", "param": "#eeeeee", "matmul": "#f4cccc",
            "reduce_sum": "#fce5cd", "reduce_max": "#fce5cd", "assemble": "#d9d2e9", "copy": "#d9d2e9"}
@@ -55,13 +55,22 @@ def _label(n, num) -> str:
 
 def write(dot: str, path: str) -> str:
     """Write `dot` to `path`: .dot as text, .svg/.png through Graphviz's `dot`."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(f"visualize: path must be a file name, got {type(path).__name__}")
+    path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
+    if ext not in ("", ".dot", ".gv", ".svg", ".png", ".pdf"):
+        raise ArgumentError(f"visualize: unknown picture format {ext!r}; use .dot, .svg or .png")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ArgumentError(f"visualize: cannot write {path!r}: the folder {folder!r} does not exist")
     if ext in ("", ".dot", ".gv"):
-        with open(path, "w") as f:
-            f.write(dot)
+        try:
+            with open(path, "w") as f:
+                f.write(dot)
+        except OSError as e:
+            raise ArgumentError(f"visualize: cannot write {path!r}: {e.strerror or e}") from None
         return path
-    if ext not in (".svg", ".png", ".pdf"):
-        raise NeedleError(f"visualize: unknown picture format {ext!r}; use .dot, .svg or .png")
     exe = shutil.which("dot")
     if exe is None:
         raise NeedleError("visualize: Graphviz's `dot` is needed for .svg/.png "

@@ -14,7 +14,7 @@ import numpy as np
 from ..backend_ndarray.ndarray import NDArray, _infer_reshape, broadcast_shapes, matmul_shapes
 from ..backend_ndarray.operators import ArrayOperators
 from ..dtypes import dtype_name
-from ..errors import DeviceError, ShapeError, fmt_shape, normalize_axes
+from ..errors import DTypeError, DeviceError, ShapeError, fmt_shape, normalize_axes
 from . import build
 from .nodes import Node
 
@@ -25,7 +25,7 @@ def as_lazy(x) -> "LazyArray":
         return x
     if isinstance(x, NDArray):
         return build.buffer(x)
-    raise TypeError(f"cannot use {type(x).__name__} in a lazy graph; expected an NDArray")
+    raise DTypeError(f"cannot use {type(x).__name__} in a lazy graph; expected a Tensor or an NDArray")
 
 
 #: scalars baked into kernels; any other Python scalar is a run-time `param`, so that

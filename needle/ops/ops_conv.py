@@ -10,7 +10,7 @@ import numbers
 from .. import array_api as A
 from ..autograd import TensorOp
 from ..dtypes import dtype_name, require_same
-from ..errors import ShapeError, fmt_shape
+from ..errors import ArgumentError, ShapeError, fmt_shape
 from .ops_mathematic import permute
 from .ops_movement import dilate, flip, getitem, pad
 
@@ -23,7 +23,7 @@ class Conv(TensorOp):
     def __init__(self, stride: int = 1, padding: int = 0):
         for name, v, lo in (("stride", stride, 1), ("padding", padding, 0)):
             if not isinstance(v, numbers.Integral) or v < lo:
-                raise ValueError(f"conv: {name} must be an integer >= {lo}, got {v!r}")
+                raise ArgumentError(f"conv: {name} must be an integer >= {lo}, got {v!r}")
         self.stride = int(stride)
         self.padding = int(padding)
 

@@ -13,8 +13,8 @@ from typing import Optional
 
 from .. import array_api as A
 from ..autograd import Tensor, TensorOp
-from ..dtypes import dtype_name
-from ..errors import AxisError, ShapeError, fmt_shape, normalize_axes
+from ..dtypes import FLOATS, dtype_name
+from ..errors import AxisError, DTypeError, ShapeError, fmt_shape, normalize_axes
 
 
 def unbroadcast(grad: Tensor, shape: tuple) -> Tensor:
@@ -101,9 +101,16 @@ def power(a, b):
 
 # ---- elementwise with a scalar ------------------------------------------------------------
 def _check_scalar(op: str, scalar):
-    if not isinstance(scalar, numbers.Number) or isinstance(scalar, bool):
-        raise TypeError(f"{op}: expected a Python number, got {type(scalar).__name__}")
+    if not isinstance(scalar, numbers.Number) or isinstance(scalar, (bool, complex)):
+        raise DTypeError(f"{op}: the scalar must be a real number, got {type(scalar).__name__} {scalar!r}")
     return scalar
+
+
+def _require_float(op: str, a) -> None:
+    """Ops defined only on floats say so under their own name (sigmoid is built from
+    exp; without this its error would name exp)."""
+    if a.dtype not in FLOATS:
+        raise DTypeError(f"{op}: expects a floating dtype, got {a.dtype} (operand {fmt_shape(a.shape)}); cast first")
 
 
 class AddScalar(TensorOp):
@@ -247,10 +254,16 @@ def tanh(a):
 
 
 class Sigmoid(TensorOp):
-    """1 / (1 + exp(-a)), written so that it never overflows."""
+    """1 / (1 + exp(-a)), written so that it never overflows and keeps its relative
+    precision for negative inputs: with z = exp(-|a|) in (0, 1], sigmoid(|a|) =
+    1 / (1 + z) and sigmoid(-|a|) = z / (1 + z).  ((tanh(a/2) + 1) / 2 cancels:
+    it gave 0 from a = -17 on, so log(sigmoid(a)) was -inf.)"""
 
     def compute(self, a):
-        return (A.tanh(a * 0.5) + 1) * 0.5
+        _require_float("sigmoid", a)
+        z = A.exp(-A.maximum(a, -a))
+        positive = 1 / (z + 1)
+        return A.where(a >= 0, positive, z * positive)
 
     def gradient(self, out_grad, node):
         return out_grad * node * (1 - node)
@@ -294,8 +307,8 @@ class Transpose(TensorOp):
     """Swap two axes: the last two by default (course semantics)."""
 
     def __init__(self, axes: Optional[tuple] = None):
-        if axes is not None and len(tuple(axes)) != 2:
-            raise AxisError(f"transpose: expects two axes to swap, got {axes}")
+        if axes is not None and (not _int_sequence(axes) or len(tuple(axes)) != 2):
+            raise AxisError(f"transpose: expects two integer axes to swap, got {axes!r}")
         self.axes = None if axes is None else tuple(axes)
 
     def _order(self, ndim: int) -> tuple:
@@ -326,8 +339,17 @@ def transpose(a, axes=None):
     return Transpose(axes)(a)
 
 
+def _int_sequence(values) -> bool:
+    """A sequence of integers (not bools, not floats that happen to be whole)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        return False
+    return all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values)
+
+
 class Permute(TensorOp):
     def __init__(self, axes: tuple):
+        if not _int_sequence(axes):
+            raise AxisError(f"permute: axes must be a tuple of integers, got {axes!r}")
         self.axes = tuple(axes)
 
     def compute(self, a):
@@ -365,7 +387,11 @@ def reshape(a, shape):
 
 class BroadcastTo(TensorOp):
     def __init__(self, shape):
-        self.shape = tuple(shape)
+        if isinstance(shape, numbers.Integral):
+            shape = (shape,)
+        if not _int_sequence(shape) or any(s < 0 for s in shape):
+            raise ShapeError(f"broadcast_to: the shape must be non-negative integers, got {shape!r}")
+        self.shape = tuple(int(s) for s in shape)
 
     def compute(self, a):
         return A.broadcast_to(a, self.shape)
@@ -400,6 +426,7 @@ def summation(a, axes=None, keepdims=False):
 
 
 def mean(a, axes=None, keepdims=False):
+    _require_float("mean", a)
     axes_t = normalize_axes("mean", axes, len(a.shape), a.shape)
     count = 1
     for ax in axes_t:

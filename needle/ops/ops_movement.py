@@ -5,8 +5,9 @@ from __future__ import annotations
 import numbers
 
 from .. import array_api as A
-from ..autograd import TensorOp, TensorTupleOp
-from ..errors import ShapeError, fmt_shape, normalize_axes
+from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
+from ..dtypes import require_same
+from ..errors import ArgumentError, AxisError, DeviceError, IndexingError, ShapeError, fmt_shape, normalize_axes
 from .ops_tuple import _as_tuple, make_tuple
 
 
@@ -27,7 +28,7 @@ def flip(a, axes):
 
 def _dilation(op: str, dilation) -> int:
     if not isinstance(dilation, numbers.Integral) or dilation < 0:
-        raise ValueError(f"{op}: dilation must be a non-negative integer, got {dilation!r}")
+        raise ArgumentError(f"{op}: dilation must be a non-negative integer, got {dilation!r}")
     return int(dilation)
 
 
@@ -77,6 +78,10 @@ class Pad(TensorOp):
     """Zero padding; `axes` holds one (before, after) pair per axis."""
 
     def __init__(self, axes):
+        if not isinstance(axes, (tuple, list)) or not all(
+                isinstance(p, (tuple, list)) and all(isinstance(x, numbers.Integral) and not isinstance(x, bool)
+                                                     for x in p) for p in axes):
+            raise ShapeError(f"pad: expects one (before, after) pair of integers per axis, got {axes!r}")
         self.axes = tuple(tuple(p) for p in axes)
 
     def compute(self, a):
@@ -98,9 +103,12 @@ def _normalize_index(idxs, shape) -> tuple:
     errors name getitem and the shape; ints are made non-negative."""
     if not isinstance(idxs, tuple):
         idxs = (idxs,)
+    where = f"for shape {fmt_shape(shape)}"
+    if sum(1 for i in idxs if i is Ellipsis) > 1:
+        raise IndexingError(f"getitem: an index can have only one ellipsis (...), got {idxs} {where}")
     n_real = sum(1 for i in idxs if i is not None and i is not Ellipsis)
     if n_real > len(shape):
-        raise IndexError(f"getitem: too many indices ({n_real}) for shape {fmt_shape(shape)}")
+        raise IndexingError(f"getitem: too many indices ({n_real}) {where}")
     out, axis = [], 0
     for i in idxs:
         if i is Ellipsis:
@@ -111,20 +119,35 @@ def _normalize_index(idxs, shape) -> tuple:
         elif isinstance(i, slice):
             for part in (i.start, i.stop, i.step):
                 if part is not None and not isinstance(part, numbers.Integral):
-                    raise IndexError(f"getitem: slice bounds must be integers, got {i}")
+                    raise IndexingError(f"getitem: slice bounds must be integers, got {i} {where}")
             if i.step == 0:
-                raise IndexError("getitem: slice step cannot be zero")
+                raise IndexingError(f"getitem: slice step cannot be zero ({i} {where})")
             out.append(i)
             axis += 1
         elif isinstance(i, numbers.Integral) and not isinstance(i, bool):
             n = shape[axis]
             if not -n <= i < n:
-                raise IndexError(f"getitem: index {i} is out of bounds for axis {axis} of shape {fmt_shape(shape)}")
+                raise IndexingError(f"getitem: index {i} is out of bounds for axis {axis} of shape "
+                                    f"{fmt_shape(shape)}")
             out.append(int(i) % n)
             axis += 1
         else:
-            raise IndexError(f"getitem: only ints, slices, None and ... are supported, got {type(i).__name__}")
+            raise IndexingError(f"getitem: only ints, slices, None and ... are supported, got "
+                                f"{type(i).__name__} {where}")
     return tuple(out)
+
+
+def _same_dtypes_and_devices(op: str, parts) -> None:
+    """Stack and concatenate: one dtype and one device, or an error naming the op
+    and every part's shape (before the tuple or the IR names it otherwise)."""
+    tensors = list(parts)
+    if not all(isinstance(t, Tensor) for t in tensors):
+        return  # make_tuple names the odd one out
+    described = ", ".join(f"{fmt_shape(t.shape)} {t.dtype} on {t.device}" for t in tensors)
+    if len({t.device for t in tensors}) > 1:
+        raise DeviceError(f"{op}: inputs live on different devices ({described})")
+    if len({t.dtype for t in tensors}) > 1:
+        require_same(op, *[t.dtype for t in tensors], shapes=[t.shape for t in tensors])
 
 
 class GetItem(TensorOp):
@@ -176,6 +199,8 @@ class Stack(TensorOp):
 
 
 def stack(args, axis):
+    if not isinstance(args, TensorTuple):
+        _same_dtypes_and_devices("stack", list(args))
     return Stack(axis)(_as_tuple("stack", args))
 
 
@@ -183,6 +208,8 @@ class Split(TensorTupleOp):
     """Split along an axis into single slices, dropping the axis (inverse of stack)."""
 
     def __init__(self, axis: int):
+        if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+            raise AxisError(f"split: axis must be an integer, got {axis!r}")
         self.axis = axis
 
     def compute(self, a):
@@ -218,4 +245,6 @@ class Concatenate(TensorOp):
 
 
 def concatenate(args, axis):
+    if not isinstance(args, TensorTuple):
+        _same_dtypes_and_devices("concatenate", list(args))
     return Concatenate(axis)(_as_tuple("concatenate", args))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
-from ..errors import ShapeError
+from ..errors import DTypeError, IndexingError, ShapeError
 
 
 class MakeTensorTuple(TensorTupleOp):
@@ -16,6 +16,9 @@ class MakeTensorTuple(TensorTupleOp):
 
 
 def make_tuple(*args):
+    for i, x in enumerate(args):
+        if not isinstance(x, Tensor):
+            raise DTypeError(f"make_tuple: argument {i} is a {type(x).__name__}, expected a Tensor")
     return MakeTensorTuple()(*args)
 
 
@@ -25,10 +28,10 @@ class TupleGetItem(TensorOp):
 
     def __call__(self, a: TensorTuple, fold_const: bool = True) -> Tensor:
         if not isinstance(a, TensorTuple):
-            raise TypeError(f"tuple_get_item: expected a TensorTuple, got {type(a).__name__}")
+            raise DTypeError(f"tuple_get_item: expected a TensorTuple, got {type(a).__name__}")
         n = len(a)
         if not -n <= self.index < n:
-            raise IndexError(f"tuple_get_item: index {self.index} out of range for a tuple of {n}")
+            raise IndexingError(f"tuple_get_item: index {self.index} out of range for a tuple of {n} tensors")
         if fold_const and isinstance(a.op, MakeTensorTuple):
             return a.inputs[self.index]
         return Tensor.make_from_op(self, [a])

@@ -1,0 +1,273 @@
+"""Running fuzzed programs: needle against numpy (values) and against finite
+differences (gradients), and saving failing programs as regression tests.
+
+Modes of `check_forward`:
+  "lazy"    lazy mode on cpu(): the whole program is one graph, fused and compiled;
+  "eager"   eager mode on cpu(): one compiled kernel per primitive;
+  "bounds"  lazy mode with config.BOUNDS_CHECK on (a BoundsError is a failure).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import textwrap
+
+import numpy as np
+
+import needle as ndl
+from needle import config
+
+from . import graphs
+from .graphs import Program, compile_program
+from .oracle import TINY, Bounds, mismatches
+
+CPU = ndl.cpu()
+
+
+@contextlib.contextmanager
+def _mode(mode: str):
+    previous = config.BOUNDS_CHECK
+    config.BOUNDS_CHECK = mode == "bounds" or previous
+    try:
+        with ndl.lazy(mode != "eager"):
+            yield
+    finally:
+        config.BOUNDS_CHECK = previous
+
+
+def run_needle(prog: Program, mode: str = "lazy") -> list:
+    needle_fn, _ = compile_program(prog)
+    with _mode(mode):
+        outs, _ = needle_fn(prog.inputs, CPU)
+        if prog.together:
+            ndl.realize(*outs)
+        return [o.numpy() for o in outs]
+
+
+def forward_problems(prog: Program, got: list, values: list, bounds: Bounds) -> list:
+    """Text of every output that differs from numpy beyond its error bound."""
+    problems = []
+    for k, g in zip(prog.outputs, got):
+        want = values[k]
+        if g.shape != want.shape or g.dtype != np.dtype(prog.dtype):
+            problems.append(f"v{k}: got {g.dtype}{g.shape}, expected {prog.dtype}{want.shape}")
+            continue
+        bad = mismatches(g, want, bounds.E[k], bounds.U[k])
+        if bad.any():
+            where = np.argwhere(bad)[:5]
+            details = "; ".join(f"{tuple(int(i) for i in ix)}: got {g[tuple(ix)]!r} want {want[tuple(ix)]!r} "
+                                f"(bound {2 * bounds.E[k][tuple(ix)]:.3g})" for ix in where)
+            problems.append(f"v{k}: {int(bad.sum())} of {bad.size} values differ: {details}")
+    return problems
+
+
+def check_forward(prog: Program, mode: str = "lazy") -> None:
+    """needle (in `mode`) equals the numpy program within the error bounds."""
+    _, numpy_fn = compile_program(prog)
+    values = numpy_fn(prog.inputs)
+    bounds = Bounds(prog, values)
+    try:
+        got = run_needle(prog, mode)
+        problems = forward_problems(prog, got, values, bounds)
+        if problems:
+            raise AssertionError("needle differs from numpy:\n  " + "\n  ".join(problems))
+    except Exception as e:
+        save_failure(prog, mode, f"{type(e).__name__}: {e}", bounds)
+        raise
+
+
+# ---- gradients -----------------------------------------------------------------------------------
+FD_STEP = 1e-5
+
+
+def weights_for(shape) -> np.ndarray:
+    return np.random.default_rng(1234).uniform(0.5, 1.5, size=shape)
+
+
+def numerical_gradients(numpy_fn, xs: list, out: int, weights) -> tuple:
+    """Central differences of sum(weights * v_out) for every input element, and an
+    estimate of their rounding error."""
+    grads, scale = [], 0.0
+    for i, x in enumerate(xs):
+        g = np.zeros(x.shape)
+        for j in range(x.size):
+            values = []
+            for sign in (1, -1):
+                moved = [y.copy() for y in xs]
+                moved[i].flat[j] += sign * FD_STEP
+                v = numpy_fn(moved)[out]
+                values.append(float(np.sum(weights * v)))
+                scale = max(scale, float(np.sum(np.abs(weights * v))))
+            g.flat[j] = (values[0] - values[1]) / (2 * FD_STEP)
+        grads.append(g)
+    return grads, 8 * 2.0 ** -53 * scale / FD_STEP
+
+
+def well_conditioned(prog: Program, values: list) -> bool:
+    """Finite, moderate values, and no relu input or max tie within reach of the
+    finite-difference step (derivatives jump there)."""
+    for k, step in enumerate(prog.steps):
+        v = values[k]
+        if not np.all(np.isfinite(v)) or (v.size and np.max(np.abs(v)) > 1e4):
+            return False
+        if step.op == "relu" and np.any(np.abs(values[step.args[0]]) < 1e-3):
+            return False
+        if step.op == "max" and not _clear_maxima(values[step.args[0]], step.p["axes"]):
+            return False
+    return True
+
+
+def _clear_maxima(a: np.ndarray, axes) -> bool:
+    if a.ndim == 0 or a.size == 0:
+        return True
+    axes_t = tuple(range(a.ndim)) if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
+    axes_t = tuple(sorted(ax % a.ndim for ax in axes_t))
+    if not axes_t:
+        return True
+    kept = [i for i in range(a.ndim) if i not in axes_t]
+    groups = np.transpose(a, kept + list(axes_t)).reshape(int(np.prod([a.shape[i] for i in kept])), -1)
+    if groups.shape[1] < 2:
+        return True
+    top = np.sort(groups, axis=1)
+    return bool(np.all(top[:, -1] - top[:, -2] > 1e-3))
+
+
+def gradient_problems(prog: Program) -> list:
+    needle_fn, numpy_fn = compile_program(prog)
+    values = numpy_fn(prog.inputs)
+    out = prog.outputs[0]
+    w = weights_for(values[out].shape)
+    expected, roundoff = numerical_gradients(numpy_fn, prog.inputs, out, w)
+    with ndl.lazy(True):
+        outs, tensors = needle_fn(prog.inputs, CPU, requires_grad=True)
+        outs[0].backward(ndl.Tensor(w, device=CPU, dtype="float64", requires_grad=False))
+        got_value = outs[0].numpy()
+        grads = [t.grad.numpy() if t.grad is not None else None for t in tensors]
+    problems = forward_problems(prog, [got_value], values, Bounds(prog, values))
+    atol = 1e-7 + 100 * roundoff
+    for i, (g, e) in enumerate(zip(grads, expected)):
+        if g is None:
+            if np.any(np.abs(e) > atol):
+                problems.append(f"input {i}: no gradient, finite differences give {e}")
+            continue
+        if g.shape != e.shape or g.dtype != np.float64:
+            problems.append(f"input {i}: gradient {g.dtype}{g.shape}, expected float64{e.shape}")
+            continue
+        bad = ~(np.abs(g - e) <= atol + 1e-5 * np.abs(e))
+        if bad.any():
+            ix = tuple(int(j) for j in np.argwhere(bad)[0])
+            problems.append(f"input {i}: {int(bad.sum())} of {bad.size} gradient values differ, e.g. at {ix}: "
+                            f"backward {g[ix]!r}, finite differences {e[ix]!r}")
+    return problems
+
+
+def check_gradients(prog: Program) -> None:
+    try:
+        problems = gradient_problems(prog)
+        if problems:
+            raise AssertionError("gradients differ:\n  " + "\n  ".join(problems))
+    except Exception as e:
+        save_failure(prog, "gradient", f"{type(e).__name__}: {e}")
+        raise
+
+
+# ---- regression files ----------------------------------------------------------------------------
+_written = {}  # mode -> the file the previous failing call wrote (replaced by the next, smaller one)
+
+
+def save_failure(prog: Program, mode: str, message: str, bounds: Bounds = None) -> None:
+    if os.environ.get("FUZZ_SAVE", "1") == "0":
+        return
+    previous = _written.pop(mode, None)
+    if previous and os.path.exists(previous):
+        os.remove(previous)
+    _written[mode] = write_regression(prog, mode, message, bounds)
+
+
+def write_regression(prog: Program, mode: str, message: str = "", bounds: Bounds = None,
+                     directory: str = graphs.REGRESSION_DIR) -> str:
+    """Write `prog` as tests/fuzz/regressions/test_regression_<hash>.py; returns the path."""
+    body = _regression_body(prog, mode, bounds)
+    digest = hashlib.sha256(body.encode()).hexdigest()[:12]
+    note = "\n".join(line for part in message.splitlines() for line in textwrap.wrap(part, 96))
+    note = "\n".join(note.splitlines()[:8])
+    head = (f'"""Fuzzer regression ({mode} mode): a program on which needle and numpy disagreed.\n\n'
+            + (f"It failed with:\n{textwrap.indent(note, '    ')}\n" if note else "") + '"""\n')
+    text = head + body.replace("test_regression_HASH", f"test_regression_{digest}")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"test_regression_{digest}.py")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def _regression_body(prog: Program, mode: str, bounds: Bounds) -> str:
+    parts = ["import numpy as np", "from numpy import inf, nan  # noqa: F401", "",
+             "import needle as ndl", "from needle import config  # noqa: F401", "", "",
+             graphs.NUMPY_HELPERS.strip(), "", "", graphs.inputs_source(prog), "", "",
+             graphs.needle_source(prog), "", "", graphs.numpy_source(prog), "", ""]
+    if mode == "gradient":
+        parts.append(_GRADIENT_TEST.format(out=prog.outputs[0], step=FD_STEP))
+    else:
+        if bounds is None:
+            _, numpy_fn = compile_program(prog)
+            bounds = Bounds(prog, numpy_fn(prog.inputs))
+        tolerances = []
+        for k in prog.outputs:
+            tol = 2 * bounds.E[k] + TINY
+            if tol.size == 0 or np.all(tol == tol.flat[0]):
+                tol = float(tol.flat[0]) if tol.size else 0.0
+            else:
+                tol = tol.tolist()
+            skip = bounds.U[k].tolist() if bounds.U[k].any() else False
+            tolerances.append(f"({k}, {tol!r}, {skip!r})")
+        parts.append(_FORWARD_TEST.format(
+            fixture="monkeypatch" if mode == "bounds" else "",
+            bounds="    monkeypatch.setattr(config, \"BOUNDS_CHECK\", True)\n" if mode == "bounds" else "",
+            lazy=mode != "eager", tolerances=",\n    ".join(tolerances),
+            realize="        ndl.realize(*outs)  # all outputs in one schedule\n" if prog.together else ""))
+    return "\n".join(parts)
+
+
+_FORWARD_TEST = '''#: per output: (variable, absolute tolerance per value, values to skip: float32 rounding makes them
+#: unstable, e.g. a divisor that is zero up to rounding); tolerances are the fuzzer's error bounds
+CHECKS = [
+    {tolerances},
+]
+
+
+def test_regression_HASH({fixture}):
+{bounds}    x = inputs()
+    want = numpy_program(x)
+    with ndl.lazy({lazy}):
+        outs, _ = needle_program(x, ndl.cpu())
+{realize}        got = [o.numpy() for o in outs]
+    for g, (k, tol, skip) in zip(got, CHECKS):
+        assert g.shape == want[k].shape and g.dtype == x[0].dtype, f"v{{k}}: {{g.dtype}}{{g.shape}}"
+        g64, w = g.astype(np.float64), want[k]
+        with np.errstate(invalid="ignore"):
+            same = (np.isnan(g64) & np.isnan(w)) | (np.isinf(w) & (g64 == w)) | (np.abs(g64 - w) <= np.asarray(tol))
+        ok = same | np.asarray(skip, dtype=bool)
+        assert ok.all(), f"v{{k}}: got {{g64[~ok]}}, want {{w[~ok]}}"
+'''
+
+_GRADIENT_TEST = '''def test_regression_HASH():
+    x = inputs()
+    want = numpy_program(x)
+    w = np.random.default_rng(1234).uniform(0.5, 1.5, size=want[{out}].shape)
+    with ndl.lazy(True):
+        outs, tensors = needle_program(x, ndl.cpu(), requires_grad=True)
+        outs[0].backward(ndl.Tensor(w, device=ndl.cpu(), dtype="float64", requires_grad=False))
+        np.testing.assert_allclose(outs[0].numpy(), want[{out}], rtol=1e-7, atol=1e-9)
+        for i, t in enumerate(tensors):
+            expected = np.zeros(x[i].shape)
+            for j in range(x[i].size):
+                plus, minus = [y.copy() for y in x], [y.copy() for y in x]
+                plus[i].flat[j] += {step}
+                minus[i].flat[j] -= {step}
+                expected.flat[j] = (np.sum(w * numpy_program(plus)[{out}]) -
+                                    np.sum(w * numpy_program(minus)[{out}])) / (2 * {step})
+            got = t.grad.numpy() if t.grad is not None else np.zeros(x[i].shape)
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6, err_msg=f"input {{i}}")
+'''
