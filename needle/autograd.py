@@ -318,6 +318,8 @@ class Tensor(TensorMethods, Value):
         return out if dtype is None else out.astype(dtype)
 
     def item(self):
+        if self.size != 1:
+            raise ShapeError(f"item: only a tensor of one element is a scalar, got shape {fmt_shape(self.shape)}")
         return self.numpy().item()
 
     def __float__(self) -> float:
@@ -325,7 +327,7 @@ class Tensor(TensorMethods, Value):
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise ShapeError("len: a 0-d tensor has no length (shape ())")
         return self.shape[0]
 
     def to(self, device: Device) -> "Tensor":

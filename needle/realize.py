@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 
 from . import autograd
+from .errors import DTypeError
 
 
 def realize(*tensors):
@@ -11,10 +12,12 @@ def realize(*tensors):
     with one schedule, so shared work is done once.  Returns the tensors."""
     values = []
     for t in tensors:
-        if isinstance(t, (list, tuple)):
-            values.extend(t)
-        elif t is not None:
-            values.append(t)
+        for v in (t if isinstance(t, (list, tuple)) else (t,)):
+            if v is None:
+                continue
+            if not isinstance(v, autograd.Value):
+                raise DTypeError(f"realize: expected Tensors, got {type(v).__name__}")
+            values.append(v)
     realize_values(values)
     return tensors[0] if len(tensors) == 1 else tensors
 

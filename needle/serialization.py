@@ -18,7 +18,7 @@ import numpy as np
 
 from .autograd import Tensor
 from .backend_selection import Device, all_devices, cpu
-from .errors import DataError
+from .errors import DataError, DTypeError
 
 FORMAT = "needle-save"
 VERSION = 1
@@ -46,7 +46,7 @@ def _encode(obj: Any, arrays: List[np.ndarray]) -> Any:
         return {"tuple" if isinstance(obj, tuple) else "list": [_encode(x, arrays) for x in obj]}
     if isinstance(obj, dict):
         return {"dict": [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
-    raise TypeError(f"needle.save: cannot save objects of type {type(obj).__name__}; save tensors, "
+    raise DTypeError(f"needle.save: cannot save objects of type {type(obj).__name__}; save tensors, "
                     "numpy arrays, numbers, strings and dicts/lists/tuples of them (e.g. model.state_dict())")
 
 
@@ -63,7 +63,10 @@ def save(obj: Any, path: Union[PathLike, io.IOBase]) -> None:
         return
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".needle-save-", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".needle-save-", dir=folder)
+    except OSError as e:
+        raise DataError(f"needle.save: cannot write {path!r}: {e.strerror} ({folder})") from None
     try:
         with os.fdopen(fd, "wb") as f:  # a file object, so numpy does not append ".npz"
             np.savez(f, **members)

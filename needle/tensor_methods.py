@@ -56,7 +56,7 @@ class TensorMethods:
 
     def __rtruediv__(self, other):
         if _is_scalar(other):
-            return _ops().mul_scalar(_ops().power_scalar(self, -1), other)
+            return _ops().rdivide_scalar(self, other)
         return _ops().divide(self._other(other), self)
 
     def __pow__(self, other):

@@ -13,6 +13,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 
 from ..autograd import Tensor
+from ..errors import ArgumentError, DTypeError
 from .data_transforms import Transform
 
 
@@ -51,8 +52,11 @@ class DataLoader:
 
     def __init__(self, dataset: Dataset, batch_size: Optional[int] = 1, shuffle: bool = False,
                  device=None, dtype: str = "float32"):
-        if batch_size is None or int(batch_size) < 1:
-            raise ValueError(f"DataLoader: batch_size must be a positive integer, got {batch_size!r}")
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise DTypeError(f"DataLoader: expected a Dataset (with __len__ and __getitem__), "
+                             f"got {type(dataset).__name__}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ArgumentError(f"DataLoader: batch_size must be a positive integer, got {batch_size!r}")
         self.dataset = dataset
         self.shuffle = shuffle
         self.batch_size = int(batch_size)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ArgumentError
+
 
 class Transform:
     """A callable that maps one example (a numpy array) to another."""
@@ -32,7 +34,9 @@ class RandomCrop(Transform):
     out[i, j] = img[i + shift_x, j + shift_y] where that lies inside, else 0."""
 
     def __init__(self, padding: int = 3):
-        self.padding = padding
+        if isinstance(padding, bool) or not isinstance(padding, (int, np.integer)) or padding < 0:
+            raise ArgumentError(f"RandomCrop: padding must be a non-negative integer, got {padding!r}")
+        self.padding = int(padding)
 
     def __call__(self, img: np.ndarray) -> np.ndarray:
         shift_x, shift_y = np.random.randint(low=-self.padding, high=self.padding + 1, size=2)

@@ -1,11 +1,14 @@
 """Basic tensor constructors.  Random ones draw from numpy's global RNG in the
 course framework's order (`np.random.rand` / `randn` of the full shape), so seeded
 code reproduces the course's values."""
+import numbers
+
 import numpy as np
 
 from .. import autograd
 from ..backend_selection import cpu
 from ..dtypes import dtype_name, np_dtype
+from ..errors import ArgumentError, IndexingError, ShapeError
 
 
 def _tensor(array: np.ndarray, device, dtype, requires_grad: bool):
@@ -13,26 +16,30 @@ def _tensor(array: np.ndarray, device, dtype, requires_grad: bool):
                            dtype=dtype, requires_grad=requires_grad)
 
 
-def _shape(shape) -> tuple:
+def _shape(shape, op: str = "init") -> tuple:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        return tuple(shape[0])
-    return tuple(shape)
+        shape = tuple(shape[0])
+    shape = tuple(shape)
+    for s in shape:
+        if not isinstance(s, numbers.Integral) or isinstance(s, bool) or s < 0:
+            raise ShapeError(f"{op}: dimensions must be non-negative integers, got {s!r} in shape {shape}")
+    return tuple(int(s) for s in shape)
 
 
 def rand(*shape, low=0.0, high=1.0, device=None, dtype="float32", requires_grad=False):
     """Uniform in [low, high)."""
-    array = np.random.rand(*_shape(shape)).astype(np_dtype(dtype)) * (high - low) + low
+    array = np.random.rand(*_shape(shape, "rand")).astype(np_dtype(dtype)) * (high - low) + low
     return _tensor(array, device, dtype, requires_grad)
 
 
 def randn(*shape, mean=0.0, std=1.0, device=None, dtype="float32", requires_grad=False):
     """Normal with the given mean and standard deviation."""
-    array = np.random.randn(*_shape(shape)).astype(np_dtype(dtype)) * std + mean
+    array = np.random.randn(*_shape(shape, "randn")).astype(np_dtype(dtype)) * std + mean
     return _tensor(array, device, dtype, requires_grad)
 
 
 def constant(*shape, c=1.0, device=None, dtype="float32", requires_grad=False):
-    return _tensor(np.full(_shape(shape), c, dtype=np_dtype(dtype)), device, dtype, requires_grad)
+    return _tensor(np.full(_shape(shape, "constant"), c, dtype=np_dtype(dtype)), device, dtype, requires_grad)
 
 
 def ones(*shape, device=None, dtype="float32", requires_grad=False):
@@ -45,16 +52,21 @@ def zeros(*shape, device=None, dtype="float32", requires_grad=False):
 
 def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
     """Bernoulli(p): True (1) with probability p."""
-    array = np.random.rand(*_shape(shape)) <= p
+    array = np.random.rand(*_shape(shape, "randb")) <= p
     return _tensor(array.astype(np_dtype(dtype)), device, dtype, requires_grad)
 
 
 def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
     """Rows of the n x n identity selected by the integer labels `i`."""
-    labels = i.numpy() if hasattr(i, "numpy") else np.asarray(i)
-    labels = labels.astype(np.int64)
+    values = np.asarray(i.numpy() if hasattr(i, "numpy") else i)
+    if values.size and np.any(values != np.floor(values)):
+        bad = values[values != np.floor(values)].reshape(-1)[0]
+        raise ArgumentError(f"one_hot: labels must be whole numbers, got {bad}")
+    labels = values.astype(np.int64)
     if labels.size and (labels.min() < 0 or labels.max() >= n):
-        raise ValueError(f"one_hot: labels must lie in [0, {n}), got range [{labels.min()}, {labels.max()}]")
+        bad = labels[(labels < 0) | (labels >= n)].reshape(-1)[0]
+        raise IndexingError(f"one_hot: label {bad} is out of range for {n} classes "
+                            f"(labels span [{labels.min()}, {labels.max()}])")
     return _tensor(np.eye(n, dtype=np_dtype(dtype))[labels], device, dtype, requires_grad)
 
 

@@ -1,6 +1,7 @@
 """Xavier (Glorot) and Kaiming (He) initializers, with the course's signatures."""
 import math
 
+from ..errors import ArgumentError
 from .init_basic import rand, randn
 
 
@@ -16,7 +17,7 @@ def xavier_normal(fan_in, fan_out, gain=1.0, **kwargs):
 
 def _relu_gain(nonlinearity: str) -> float:
     if nonlinearity != "relu":
-        raise ValueError(f"kaiming init: only nonlinearity='relu' is supported, got {nonlinearity!r}")
+        raise ArgumentError(f"kaiming init: only nonlinearity='relu' is supported, got {nonlinearity!r}")
     return math.sqrt(2)
 
 

@@ -7,12 +7,14 @@ class labels, which `init.one_hot` turns into a constant, as in the course.
 """
 from __future__ import annotations
 
+import numbers
+
 import math
 from typing import Any, Optional
 
 from .. import init, ops
 from ..autograd import Tensor
-from ..errors import ShapeError, fmt_shape
+from ..errors import ArgumentError, ShapeError, fmt_shape
 from .nn_module import Module, Parameter
 
 
@@ -26,6 +28,13 @@ def check_features(module: str, x: Tensor, features: int) -> None:
     """Raise a ShapeError naming the module when the last axis of `x` is not `features`."""
     if not x.shape or x.shape[-1] != features:
         raise ShapeError(f"{module}: expects {features} features on the last axis, got shape {fmt_shape(x.shape)}")
+
+
+def positive_int(module: str, what: str, value) -> int:
+    """A size argument of a module: a positive integer, or an error naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ArgumentError(f"{module}: {what} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def as_row(t: Tensor, like: Tensor) -> Tensor:
@@ -56,8 +65,8 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  device=None, dtype: str = "float32") -> None:
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
+        self.in_features = positive_int("Linear", "in_features", in_features)
+        self.out_features = positive_int("Linear", "out_features", out_features)
         self.weight = Parameter(init.kaiming_uniform(in_features, out_features, device=device, dtype=dtype,
                                                      requires_grad=True))
         self.bias = None
@@ -247,7 +256,7 @@ class Dropout(Module):
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
         if not 0 <= p <= 1:
-            raise ValueError(f"Dropout: p must lie in [0, 1], got {p}")
+            raise ArgumentError(f"Dropout: p must lie in [0, 1], got {p}")
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:

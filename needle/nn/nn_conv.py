@@ -10,8 +10,8 @@ from typing import Optional, Tuple, Union
 
 from .. import init, ops
 from ..autograd import Tensor
-from ..errors import ShapeError, fmt_shape
-from .nn_basic import check_ndim, optional_bias
+from ..errors import ArgumentError, ShapeError, fmt_shape
+from .nn_basic import check_ndim, optional_bias, positive_int
 from .nn_module import Module, Parameter
 
 IntOrPair = Union[int, Tuple[int, int]]
@@ -25,7 +25,7 @@ def _first(value: IntOrPair) -> int:
 def _pair(name: str, value: IntOrPair) -> Tuple[int, int]:
     pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
     if len(pair) != 2 or not all(isinstance(v, numbers.Integral) and v >= 1 for v in pair):
-        raise ValueError(f"MaxPool2d: {name} must be a positive int or a pair of them, got {value!r}")
+        raise ArgumentError(f"MaxPool2d: {name} must be a positive int or a pair of them, got {value!r}")
     return int(pair[0]), int(pair[1])
 
 
@@ -48,8 +48,10 @@ class Conv(Module):
                  bias: bool = True, device=None, dtype: str = "float32") -> None:
         super().__init__()
         kernel_size, stride = _first(kernel_size), _first(stride)
-        self.in_channels = in_channels
-        self.out_channels = out_channels
+        self.in_channels = positive_int("Conv", "in_channels", in_channels)
+        self.out_channels = positive_int("Conv", "out_channels", out_channels)
+        positive_int("Conv", "kernel_size", kernel_size)
+        positive_int("Conv", "stride", stride)
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = kernel_size // 2

@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 
 from .. import init, ops
 from ..autograd import Tensor
-from ..errors import ShapeError, fmt_shape
+from ..errors import ArgumentError, ShapeError, fmt_shape
 from .nn_basic import check_features, check_ndim, optional_bias
 from .nn_module import Module, Parameter
 
@@ -61,7 +61,7 @@ class RNNCell(Module):
                  device=None, dtype: str = "float32") -> None:
         super().__init__()
         if nonlinearity not in _NONLINEARITIES:
-            raise ValueError(f"RNNCell: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+            raise ArgumentError(f"RNNCell: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.nonlinearity = nonlinearity
@@ -140,7 +140,7 @@ class RNN(_Recurrent):
                  nonlinearity: str = "tanh", device=None, dtype: str = "float32") -> None:
         super().__init__()
         if num_layers < 1:
-            raise ValueError(f"RNN: num_layers must be at least 1, got {num_layers}")
+            raise ArgumentError(f"RNN: num_layers must be at least 1, got {num_layers}")
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -168,7 +168,7 @@ class LSTM(_Recurrent):
                  device=None, dtype: str = "float32") -> None:
         super().__init__()
         if num_layers < 1:
-            raise ValueError(f"LSTM: num_layers must be at least 1, got {num_layers}")
+            raise ArgumentError(f"LSTM: num_layers must be at least 1, got {num_layers}")
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.num_layers = num_layers

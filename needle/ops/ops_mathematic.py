@@ -158,6 +158,24 @@ def divide_scalar(a, scalar):
     return DivScalar(scalar)(a)
 
 
+class RDivScalar(TensorOp):
+    """scalar / a (a true division: 0 / 1e-40 is 0, not 0 * inf)."""
+
+    def __init__(self, scalar):
+        self.scalar = _check_scalar("rdivide_scalar", scalar)
+
+    def compute(self, a):
+        return self.scalar / a
+
+    def gradient(self, out_grad, node):
+        a = node.inputs[0]
+        return -out_grad * node / a
+
+
+def rdivide_scalar(a, scalar):
+    return RDivScalar(scalar)(a)
+
+
 class PowerScalar(TensorOp):
     """a ** scalar (any real exponent)."""
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List
 
+import numbers
+
 from ..autograd import Tensor
+from ..errors import ArgumentError, DTypeError
 from ..realize import realize
 
 __all__ = ["Optimizer", "SGD", "Adam", "RMSprop", "lr_scheduler"]
@@ -31,8 +34,8 @@ class Optimizer:
     """
 
     def __init__(self, params: Iterable[Tensor], lr: float = 0.01):
-        self.params: List[Tensor] = list(params)
-        self.lr = lr
+        self.params: List[Tensor] = _parameter_list(type(self).__name__, params)
+        self.lr = _number(type(self).__name__, "lr", lr, low=0.0)
 
     def step(self) -> None:
         """Apply one update to every parameter that has a gradient."""
@@ -70,6 +73,31 @@ class Optimizer:
         return []
 
 
+def _parameter_list(name: str, params) -> List[Tensor]:
+    """The parameters as a list of Tensors, or an error naming the optimizer."""
+    if hasattr(params, "parameters") and callable(params.parameters):
+        raise DTypeError(f"{name}: expected an iterable of parameters, got a {type(params).__name__} module; "
+                         "pass model.parameters()")
+    try:
+        items = list(params)
+    except TypeError:
+        raise DTypeError(f"{name}: expected an iterable of Tensors, got {type(params).__name__}") from None
+    for p in items:
+        if not isinstance(p, Tensor):
+            raise DTypeError(f"{name}: parameters must be needle Tensors, got {type(p).__name__}")
+    return items
+
+
+def _number(name: str, what: str, value, low=None, high=None):
+    """A real number in [low, high) (bounds optional), or an error naming it."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise ArgumentError(f"{name}: {what} must be a real number, got {value!r}")
+    if (low is not None and value < low) or (high is not None and value >= high):
+        where = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'})"
+        raise ArgumentError(f"{name}: {what} = {value!r} is outside {where}")
+    return value
+
+
 def _with_weight_decay(grad: Tensor, param: Tensor, weight_decay: float) -> Tensor:
     """L2 regularization folded into the gradient: grad + wd * p (course and PyTorch)."""
     if weight_decay:
@@ -90,8 +118,8 @@ class SGD(Optimizer):
     def __init__(self, params: Iterable[Tensor], lr: float = 0.01, momentum: float = 0.0,
                  weight_decay: float = 0.0):
         super().__init__(params, lr)
-        self.momentum = momentum
-        self.weight_decay = weight_decay
+        self.momentum = _number("SGD", "momentum", momentum, 0.0, 1.0)
+        self.weight_decay = _number("SGD", "weight_decay", weight_decay, 0.0)
         self.u: Dict[int, Tensor] = {}
 
     def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
@@ -120,10 +148,10 @@ class Adam(Optimizer):
     def __init__(self, params: Iterable[Tensor], lr: float = 0.01, beta1: float = 0.9,
                  beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0):
         super().__init__(params, lr)
-        self.beta1 = beta1
-        self.beta2 = beta2
-        self.eps = eps
-        self.weight_decay = weight_decay
+        self.beta1 = _number("Adam", "beta1", beta1, 0.0, 1.0)
+        self.beta2 = _number("Adam", "beta2", beta2, 0.0, 1.0)
+        self.eps = _number("Adam", "eps", eps, 0.0)
+        self.weight_decay = _number("Adam", "weight_decay", weight_decay, 0.0)
         self.t = 0
         self.m: Dict[int, Tensor] = {}
         self.v: Dict[int, Tensor] = {}
@@ -159,10 +187,10 @@ class RMSprop(Optimizer):
                  eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0,
                  centered: bool = False):
         super().__init__(params, lr)
-        self.alpha = alpha
-        self.eps = eps
-        self.weight_decay = weight_decay
-        self.momentum = momentum
+        self.alpha = _number("RMSprop", "alpha", alpha, 0.0, 1.0 + 1e-12)
+        self.eps = _number("RMSprop", "eps", eps, 0.0)
+        self.weight_decay = _number("RMSprop", "weight_decay", weight_decay, 0.0)
+        self.momentum = _number("RMSprop", "momentum", momentum, 0.0)
         self.centered = centered
         self.square_avg: Dict[int, Tensor] = {}
         self.grad_avg: Dict[int, Tensor] = {}

@@ -5,14 +5,23 @@ device has an executor (reference numpy interpreter, compiled CPU kernels, CUDA)
 """
 from __future__ import annotations
 
+import threading
 import weakref
 
 from .counters import add, reset_stats, stats  # noqa: F401
 
-#: nodes worth computing with the next schedule if they are still alive
-#: (backward() registers the loss, so `loss.backward(); opt.step(); loss.numpy()`
-#: computes the loss with the step instead of running the forward pass again)
-_opportunistic: "weakref.WeakSet" = weakref.WeakSet()
+class _Later(threading.local):
+    """Nodes worth computing with the next schedule if they are still alive
+    (backward() registers the loss, so `loss.backward(); opt.step(); loss.numpy()`
+    computes the loss with the step instead of running the forward pass again).
+    Per thread: a thread's pending loss must not be realized by another thread
+    while that one is still building its step."""
+
+    def __init__(self):
+        self.nodes = weakref.WeakSet()
+
+
+_later = _Later()
 
 
 def realize_later(value) -> None:
@@ -22,19 +31,20 @@ def realize_later(value) -> None:
     data = getattr(value, "_cached_data", value)
     for node in (data if isinstance(data, tuple) else (data,)):
         if getattr(node, "is_lazy", False) and node.realized is None:
-            _opportunistic.add(node)
+            _later.nodes.add(node)
 
 
 def realize_nodes(nodes) -> None:
     """Compute every pending node in `nodes` (one schedule per device)."""
     wanted, seen = [], set()
-    extra = list(_opportunistic) if _opportunistic else ()
+    later = _later.nodes
+    extra = list(later) if later else ()
     for n in list(nodes) + list(extra):
         if n.realized is None and id(n) not in seen:
             seen.add(id(n))
             wanted.append(n)
     if extra:
-        _opportunistic.clear()
+        later.clear()
     by_device = {}
     for n in wanted:
         by_device.setdefault(n.device, []).append(n)

@@ -63,6 +63,11 @@ def store(key: str, payload: bytes) -> None:
                       "kernels are cached in memory only", RuntimeWarning, stacklevel=2)
 
 
+def discard(key: str) -> None:
+    """Remove the entry stored under `key` (found unusable by its reader)."""
+    _discard(_path(key))
+
+
 def _discard(path: str) -> None:
     try:
         os.remove(path)

@@ -30,9 +30,18 @@ _state = {}
 
 
 def _init():
-    """Target machines and the engine, created once."""
+    """Target machines and the engine, created once (under the lock: two threads
+    using the JIT for the first time must not build two engines)."""
     if _state:
         return _state
+    with _lock:
+        if not _state:
+            _state.update(_build_state())
+    return _state
+
+
+def _build_state() -> dict:
+    state = {}
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     # idle GOMP workers spin this long before sleeping: long enough for back-to-back
@@ -41,9 +50,9 @@ def _init():
     gomp = ctypes.util.find_library("gomp") or "libgomp.so.1"
     try:
         llvm.load_library_permanently(gomp)
-        _state["gomp"] = ctypes.CDLL(gomp)
+        state["gomp"] = ctypes.CDLL(gomp)
     except (OSError, RuntimeError):
-        _state["gomp"] = None
+        state["gomp"] = None
     triple = llvm.get_process_triple()
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     target = llvm.Target.from_triple(triple)
@@ -51,18 +60,18 @@ def _init():
     def machine():
         return target.create_target_machine(cpu=cpu, features=features, opt=OPT_LEVEL, jit=True)
 
-    _state["tm"] = machine()  # for optimization and object emission
-    _state["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine())  # owns its own
-    _state["target_id"] = f"{triple}|{cpu}|{features}"
-    _state["versions"] = (f"needle-kernels-1|{_codegen_fingerprint()}|llvmlite-{llvmlite.__version__}"
-                          f"|llvm-{llvm.llvm_version_info}")
+    state["tm"] = machine()  # for optimization and object emission
+    state["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine())  # owns its own
+    state["target_id"] = f"{triple}|{cpu}|{features}"
+    state["versions"] = (f"needle-kernels-1|{_codegen_fingerprint()}|llvmlite-{llvmlite.__version__}"
+                         f"|llvm-{llvm.llvm_version_info}")
     pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pto.loop_unrolling = True
     pto.loop_interleaving = True
-    _state["pto"] = pto
-    return _state
+    state["pto"] = pto
+    return state
 
 
 def _codegen_fingerprint() -> str:
@@ -137,6 +146,9 @@ def compile_kernel(kernel) -> CompiledKernel:
         symbol = "k_" + key[:24]
         t0 = time.perf_counter()
         obj = disk_cache.load(key) if config.CACHE else None
+        if obj is not None and not _looks_like_kernel(obj, symbol):
+            disk_cache.discard(key)  # checksum fine but not our object code: never load it
+            obj = None
         if obj is not None:
             counters.add("cache_hits")
             counters.add("disk_cache_hits")
@@ -156,6 +168,12 @@ def compile_kernel(kernel) -> CompiledKernel:
         compiled = CompiledKernel(kernel, symbol, address, omp_address, key)
         _compiled[key] = compiled
         return compiled
+
+
+def _looks_like_kernel(obj: bytes, symbol: str) -> bool:
+    """An ELF object that defines this kernel's entry point (a cheap sanity check
+    on top of the cache's checksum, before handing bytes to the JIT linker)."""
+    return obj[:4] == b"\x7fELF" and (symbol + "_omp").encode() in obj
 
 
 def llvm_ir(kernel, optimized: bool = False) -> str:

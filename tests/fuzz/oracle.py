@@ -147,11 +147,7 @@ class Bounds:
                 return Ea / abs(c) + R, Ua
             if op == "rdiv_scalar":
                 aa = np.abs(a)
-                # KNOWN (reported): Tensor.__rtruediv__ computes c / x as c * x**-1, so 1/x overflows
-                # to inf for |x| < 1/FLT_MAX (denormals) and 0 / 1e-40 gives nan; until that is fixed
-                # those positions are not compared (tests/fuzz/regressions keeps the case as an xfail)
-                reciprocal_overflows = (aa < 1 / 3.4e38) if self.prog.dtype == "float32" else False
-                return abs(c) * Ea / (aa * (aa - Ea)) + R, Ua | (aa <= 2 * Ea) | reciprocal_overflows
+                return abs(c) * Ea / (aa * (aa - Ea)) + R, Ua | (aa <= 2 * Ea)
         raise AssertionError(f"no error rule for {op}")
 
     def _safe_template(self, step, v):

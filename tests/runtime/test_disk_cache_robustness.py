@@ -145,9 +145,6 @@ def test_entry_replaced_by_a_directory(tmp_path):
     assert second["stats"]["kernels_compiled"] == first["stats"]["kernels_compiled"]
 
 
-@pytest.mark.xfail(strict=True, reason="REPORTED: an entry forged with a matching header and SHA-256 but a "
-                   "garbage payload is handed to LLVM and segfaults the process (needle/runtime/jit.py loads any "
-                   "payload whose checksum matches; it could check the ELF header and the kernel's symbol first)")
 def test_forged_entry_with_matching_checksum_does_not_crash(tmp_path):
     cache = tmp_path / "cache"
     run(cache, 1)

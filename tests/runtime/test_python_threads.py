@@ -131,11 +131,6 @@ def _weights(seed, model):
     return [(rng.randn(*p.shape) * 0.3).astype(np.float32) for p in model.parameters()]
 
 
-@pytest.mark.xfail(strict=False, reason="REPORTED: needle/runtime/__init__.py keeps one process-wide set of nodes "
-                   "to realize with the next schedule (realize_later: the loss after backward, BatchNorm's running "
-                   "statistics), so one thread computes the other's pending nodes while that thread is planning "
-                   "them: KeyError in compiler/schedule.py slot_of, or wrong values, mostly on a loaded machine. "
-                   "A per-thread set fixes it.")
 @pytest.mark.parametrize("seeds", [(3, 4), (5, 5)], ids=["different_models", "same_model"])
 def test_training_in_two_threads_matches_one_thread(seeds):
     alone = [train(s) for s in seeds]
@@ -162,10 +157,6 @@ print(json.dumps({"ok": out, "errors": errors}))
 """
 
 
-@pytest.mark.xfail(strict=False, reason="REPORTED: needle/runtime/jit.py _init() is not locked: two threads "
-                   "using the JIT for the first time at once both build the engine (one is dropped with the "
-                   "kernels loaded into it: segfaults, garbage values) or see a half-filled state "
-                   "(KeyError: 'versions')")
 def test_first_use_of_the_jit_from_two_threads():
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), NEEDLE_CACHE="0")
     for _ in range(4):

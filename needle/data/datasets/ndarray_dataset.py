@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import ArgumentError, ShapeError
 from ..data_basic import Dataset
 
 
@@ -12,10 +13,10 @@ class NDArrayDataset(Dataset):
     def __init__(self, *arrays: np.ndarray):
         super().__init__()
         if not arrays:
-            raise ValueError("NDArrayDataset: give at least one array")
+            raise ArgumentError("NDArrayDataset: give at least one array")
         self.arrays = tuple(np.asarray(a) for a in arrays)
         if len({len(a) for a in self.arrays}) != 1:
-            raise ValueError(f"NDArrayDataset: arrays differ in length: {[len(a) for a in self.arrays]}")
+            raise ShapeError(f"NDArrayDataset: arrays differ in length: {[len(a) for a in self.arrays]}")
 
     def __len__(self) -> int:
         return len(self.arrays[0])

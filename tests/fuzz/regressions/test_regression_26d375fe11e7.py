@@ -74,7 +74,6 @@ CHECKS = [
 import pytest  # noqa: E402
 
 
-@pytest.mark.xfail(strict=True, reason='REPORTED: Tensor.__rtruediv__ computes c / x as c * x**-1')
 def test_regression_26d375fe11e7():
     x = inputs()
     want = numpy_program(x)
