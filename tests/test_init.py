@@ -57,7 +57,7 @@ def test_one_hot():
     np.testing.assert_array_equal(t.numpy(), np.eye(4)[[2, 0, 3]])
     assert t.dtype == "float32"
     np.testing.assert_array_equal(init.one_hot(3, np.array([1])).numpy(), [[0, 1, 0]])
-    with pytest.raises(ValueError, match="one_hot"):
+    with pytest.raises(IndexError, match="one_hot"):
         init.one_hot(3, np.array([3]))
 
 

@@ -34,6 +34,11 @@ def realize_later(value) -> None:
             _later.nodes.add(node)
 
 
+def forget_later() -> None:
+    """Drop this thread's realize_later requests (for code that only inspects graphs)."""
+    _later.nodes.clear()
+
+
 def realize_nodes(nodes) -> None:
     """Compute every pending node in `nodes` (one schedule per device)."""
     wanted, seen = [], set()
