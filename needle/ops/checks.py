@@ -1,0 +1,27 @@
+"""Argument checks shared by the ops, so that every op reports bad input the same way."""
+from __future__ import annotations
+
+import numbers
+
+from ..dtypes import FLOATS
+from ..errors import DTypeError, fmt_shape
+
+
+def check_scalar(op: str, scalar):
+    if not isinstance(scalar, numbers.Number) or isinstance(scalar, (bool, complex)):
+        raise DTypeError(f"{op}: the scalar must be a real number, got {type(scalar).__name__} {scalar!r}")
+    return scalar
+
+
+def require_float(op: str, a) -> None:
+    """Ops defined only on floats say so under their own name (sigmoid is built from
+    exp; without this its error would name exp)."""
+    if a.dtype not in FLOATS:
+        raise DTypeError(f"{op}: expects a floating dtype, got {a.dtype} (operand {fmt_shape(a.shape)}); cast first")
+
+
+def int_sequence(values) -> bool:
+    """A sequence of integers (not bools, not floats that happen to be whole)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        return False
+    return all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values)

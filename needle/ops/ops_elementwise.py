@@ -1,0 +1,291 @@
+"""Elementwise ops — two tensors, a tensor and a scalar, one tensor — and casts.
+
+`compute()` is written against `needle.array_api`, so it runs on NDArrays (eager),
+numpy arrays (NEEDLE_BACKEND=np) and lazy IR arrays (lazy mode records the graph).
+Binary ops broadcast like numpy; their gradients sum back over the broadcast axes.
+"""
+from __future__ import annotations
+
+from .. import array_api as A
+from ..autograd import TensorOp
+from ..dtypes import dtype_name
+from .checks import check_scalar, require_float
+from .ops_reduce import unbroadcast
+
+
+# ---- elementwise with two tensors ---------------------------------------------------------
+class EWiseAdd(TensorOp):
+    def compute(self, a, b):
+        return a + b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        return unbroadcast(out_grad, a.shape), unbroadcast(out_grad, b.shape)
+
+
+def add(a, b):
+    return EWiseAdd()(a, b)
+
+
+class EWiseSub(TensorOp):
+    def compute(self, a, b):
+        return a - b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        return unbroadcast(out_grad, a.shape), unbroadcast(-out_grad, b.shape)
+
+
+def subtract(a, b):
+    return EWiseSub()(a, b)
+
+
+class EWiseMul(TensorOp):
+    def compute(self, a, b):
+        return a * b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        return unbroadcast(out_grad * b, a.shape), unbroadcast(out_grad * a, b.shape)
+
+
+def multiply(a, b):
+    return EWiseMul()(a, b)
+
+
+class EWiseDiv(TensorOp):
+    def compute(self, a, b):
+        return a / b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        return unbroadcast(out_grad / b, a.shape), unbroadcast(-out_grad * a / (b * b), b.shape)
+
+
+def divide(a, b):
+    return EWiseDiv()(a, b)
+
+
+class EWisePow(TensorOp):
+    """a ** b elementwise."""
+
+    def compute(self, a, b):
+        return a ** b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        grad_a = out_grad * b * power(a, b - 1)
+        grad_b = out_grad * node * log(a)
+        return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
+
+
+def power(a, b):
+    return EWisePow()(a, b)
+
+
+# ---- elementwise with a scalar ------------------------------------------------------------
+class AddScalar(TensorOp):
+    def __init__(self, scalar):
+        self.scalar = check_scalar("add_scalar", scalar)
+
+    def compute(self, a):
+        return a + self.scalar
+
+    def gradient(self, out_grad, node):
+        return out_grad
+
+
+def add_scalar(a, scalar):
+    return AddScalar(scalar)(a)
+
+
+class MulScalar(TensorOp):
+    def __init__(self, scalar):
+        self.scalar = check_scalar("mul_scalar", scalar)
+
+    def compute(self, a):
+        return a * self.scalar
+
+    def gradient(self, out_grad, node):
+        return out_grad * self.scalar
+
+
+def mul_scalar(a, scalar):
+    return MulScalar(scalar)(a)
+
+
+class DivScalar(TensorOp):
+    def __init__(self, scalar):
+        self.scalar = check_scalar("divide_scalar", scalar)
+
+    def compute(self, a):
+        return a / self.scalar
+
+    def gradient(self, out_grad, node):
+        return out_grad / self.scalar
+
+
+def divide_scalar(a, scalar):
+    return DivScalar(scalar)(a)
+
+
+class RDivScalar(TensorOp):
+    """scalar / a (a true division: 0 / 1e-40 is 0, not 0 * inf)."""
+
+    def __init__(self, scalar):
+        self.scalar = check_scalar("rdivide_scalar", scalar)
+
+    def compute(self, a):
+        return self.scalar / a
+
+    def gradient(self, out_grad, node):
+        a = node.inputs[0]
+        return -out_grad * node / a
+
+
+def rdivide_scalar(a, scalar):
+    return RDivScalar(scalar)(a)
+
+
+class PowerScalar(TensorOp):
+    """a ** scalar (any real exponent)."""
+
+    def __init__(self, scalar):
+        self.scalar = check_scalar("power_scalar", scalar)
+
+    def compute(self, a):
+        return a ** self.scalar
+
+    def gradient(self, out_grad, node):
+        a = node.inputs[0]
+        if self.scalar == 0:
+            return out_grad * 0
+        return out_grad * self.scalar * power_scalar(a, self.scalar - 1)
+
+
+def power_scalar(a, scalar):
+    return PowerScalar(scalar)(a)
+
+
+# ---- elementwise unary --------------------------------------------------------------------
+class Negate(TensorOp):
+    def compute(self, a):
+        return -a
+
+    def gradient(self, out_grad, node):
+        return -out_grad
+
+
+def negate(a):
+    return Negate()(a)
+
+
+class Exp(TensorOp):
+    def compute(self, a):
+        return A.exp(a)
+
+    def gradient(self, out_grad, node):
+        return out_grad * node
+
+
+def exp(a):
+    return Exp()(a)
+
+
+class Log(TensorOp):
+    def compute(self, a):
+        return A.log(a)
+
+    def gradient(self, out_grad, node):
+        return out_grad / node.inputs[0]
+
+
+def log(a):
+    return Log()(a)
+
+
+class ReLU(TensorOp):
+    def compute(self, a):
+        return A.maximum(a, 0)
+
+    def gradient(self, out_grad, node):
+        return out_grad * positive_mask(node.inputs[0])
+
+
+def relu(a):
+    return ReLU()(a)
+
+
+class PositiveMask(TensorOp):
+    """1 where a > 0 else 0, in a's dtype; constant (zero gradient), used by relu'."""
+
+    def compute(self, a):
+        return A.astype(a > 0, a.dtype) if A._np(a) else a > 0
+
+    def gradient(self, out_grad, node):
+        return out_grad * 0
+
+
+def positive_mask(a):
+    return PositiveMask()(a)
+
+
+class Tanh(TensorOp):
+    def compute(self, a):
+        return A.tanh(a)
+
+    def gradient(self, out_grad, node):
+        return out_grad * (1 - node * node)
+
+
+def tanh(a):
+    return Tanh()(a)
+
+
+class Sigmoid(TensorOp):
+    """1 / (1 + exp(-a)), written so that it never overflows and keeps its relative
+    precision for negative inputs: with z = exp(-|a|) in (0, 1], sigmoid(|a|) =
+    1 / (1 + z) and sigmoid(-|a|) = z / (1 + z).  ((tanh(a/2) + 1) / 2 cancels:
+    it gave 0 from a = -17 on, so log(sigmoid(a)) was -inf.)"""
+
+    def compute(self, a):
+        require_float("sigmoid", a)
+        z = A.exp(-A.maximum(a, -a))
+        positive = 1 / (z + 1)
+        return A.where(a >= 0, positive, z * positive)
+
+    def gradient(self, out_grad, node):
+        return out_grad * node * (1 - node)
+
+
+def sigmoid(a):
+    return Sigmoid()(a)
+
+
+class Sqrt(TensorOp):
+    def compute(self, a):
+        return A.sqrt(a)
+
+    def gradient(self, out_grad, node):
+        return out_grad / (node * 2)
+
+
+def sqrt(a):
+    return Sqrt()(a)
+
+
+class AsType(TensorOp):
+    """Cast to another dtype; the gradient is cast back."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype_name(dtype)
+
+    def compute(self, a):
+        return A.astype(a, self.dtype)
+
+    def gradient(self, out_grad, node):
+        return astype(out_grad, node.inputs[0].dtype)
+
+
+def astype(a, dtype):
+    return a if a.dtype == dtype_name(dtype) else AsType(dtype)(a)

@@ -1,0 +1,135 @@
+"""Broadcasting and its adjoint, reductions, and matmul.
+
+`broadcast_to` and `summation` are each other's gradient, and `unbroadcast` (the
+sum over broadcast axes) is what every broadcasting op's gradient needs.
+"""
+from __future__ import annotations
+
+import builtins
+import numbers
+
+from .. import array_api as A
+from ..autograd import Tensor, TensorOp
+from ..errors import ShapeError, fmt_shape, normalize_axes
+from .checks import int_sequence, require_float
+from .ops_shape import reshape, transpose
+
+
+def unbroadcast(grad: Tensor, shape: tuple) -> Tensor:
+    """Sum `grad` over the axes that broadcasting added to reach its shape."""
+    shape = tuple(shape)
+    if grad.shape == shape:
+        return grad
+    lead = len(grad.shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                      if s == 1 and grad.shape[lead + i] != 1)
+    out = summation(grad, axes) if axes else grad
+    return reshape(out, shape)
+
+
+class BroadcastTo(TensorOp):
+    def __init__(self, shape):
+        if isinstance(shape, numbers.Integral):
+            shape = (shape,)
+        if not int_sequence(shape) or any(s < 0 for s in shape):
+            raise ShapeError(f"broadcast_to: the shape must be non-negative integers, got {shape!r}")
+        self.shape = tuple(int(s) for s in shape)
+
+    def compute(self, a):
+        return A.broadcast_to(a, self.shape)
+
+    def gradient(self, out_grad, node):
+        return unbroadcast(out_grad, node.inputs[0].shape)
+
+
+def broadcast_to(a, shape):
+    return BroadcastTo(shape)(a)
+
+
+# ---- reductions ---------------------------------------------------------------------------
+class Summation(TensorOp):
+    def __init__(self, axes=None, keepdims: bool = False):
+        self.axes = axes
+        self.keepdims = keepdims
+
+    def compute(self, a):
+        axes = normalize_axes("summation", self.axes, a.ndim, a.shape)
+        return A.summation(a, axis=axes, keepdims=self.keepdims)
+
+    def gradient(self, out_grad, node):
+        shape = node.inputs[0].shape
+        axes = normalize_axes("summation", self.axes, len(shape), shape)
+        kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+        return broadcast_to(reshape(out_grad, kept), shape)
+
+
+def summation(a, axes=None, keepdims=False):
+    return Summation(axes, keepdims)(a)
+
+
+def mean(a, axes=None, keepdims=False):
+    require_float("mean", a)
+    axes_t = normalize_axes("mean", axes, len(a.shape), a.shape)
+    count = 1
+    for ax in axes_t:
+        count *= a.shape[ax]
+    return summation(a, axes, keepdims) / builtins.max(count, 1)
+
+
+class Max(TensorOp):
+    """Maximum over axes; the gradient is shared equally among tied maxima."""
+
+    def __init__(self, axes=None, keepdims: bool = False):
+        self.axes = axes
+        self.keepdims = keepdims
+
+    def compute(self, a):
+        axes = normalize_axes("max", self.axes, a.ndim, a.shape)
+        for ax in axes:
+            if a.shape[ax] == 0:
+                raise ShapeError(f"max: cannot reduce over empty axis {ax} of shape {fmt_shape(a.shape)}")
+        return A.amax(a, axis=axes, keepdims=self.keepdims)
+
+    def gradient(self, out_grad, node):
+        a = node.inputs[0]
+        axes = normalize_axes("max", self.axes, len(a.shape), a.shape)
+        kept = tuple(1 if i in axes else s for i, s in enumerate(a.shape))
+        mask = equal_mask(a, broadcast_to(reshape(node.detach(), kept), a.shape))
+        count = broadcast_to(summation(mask, axes, keepdims=True), a.shape)
+        return broadcast_to(reshape(out_grad, kept), a.shape) * mask / count
+
+
+def max(a, axes=None, keepdims=False):  # noqa: A001 - the SPEC's name
+    return Max(axes, keepdims)(a)
+
+
+class EqualMask(TensorOp):
+    """1 where a == b else 0, in a's dtype; constant (zero gradient)."""
+
+    def compute(self, a, b):
+        return A.astype(a == b, a.dtype) if A._np(a) else a == b
+
+    def gradient(self, out_grad, node):
+        return out_grad * 0, out_grad * 0
+
+
+def equal_mask(a, b):
+    return EqualMask()(a, b)
+
+
+# ---- matmul -------------------------------------------------------------------------------
+class MatMul(TensorOp):
+    """Batched a @ b; batch dimensions broadcast both ways."""
+
+    def compute(self, a, b):
+        return A.matmul(a, b)
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        grad_a = matmul(out_grad, transpose(b))
+        grad_b = matmul(transpose(a), out_grad)
+        return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
+
+
+def matmul(a, b):
+    return MatMul()(a, b)
