@@ -151,7 +151,9 @@ class CPUDevice(HostDevice):
 
     def binary_scalar(self, op, a, scalar, reverse):
         def node(x):
-            s = _build().param(scalar, x.shape, x.dtype, x.device)
+            # a power's exponent is part of the program, as in lazy mode (x ** 0.5 is sqrt)
+            make = _build().const if op == "pow" and not reverse else _build().param
+            s = make(scalar, x.shape, x.dtype, x.device)
             return _build().elementwise(op, s, x) if reverse else _build().elementwise(op, x, s)
         return self._kernel(node, a)
 

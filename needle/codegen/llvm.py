@@ -21,19 +21,9 @@ from llvmlite import ir
 
 from . import kernel_ir as K
 from . import vecmath
-
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-F32, F64 = ir.FloatType(), ir.DoubleType()
-PTR = ir.PointerType()
-VOID = ir.VoidType()
-
-TYPES = {"float32": F32, "float64": F64, "int32": I32, "int64": I64, "uint8": I8, "bool": I1}
-MEMORY_TYPES = dict(TYPES, bool=I8)
-FAST = ("reassoc", "contract", "nsz")
-SUM_FLAGS = ("reassoc", "contract")
-_TYPE_SUFFIX = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint8": "i8", "bool": "i8"}
-_ALIGN = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "uint8": 1, "bool": 1}
-
+from .llvm_types import F64, FAST, I1, I32, I64, MEMORY_TYPES, PTR, SUM_FLAGS, TYPES, VOID, is_float
+from .llvm_values import ValueHelpers
+from .llvm_vector import VectorLoops
 
 def render(kernel: K.Kernel, symbol: str, bounds_check: bool = False) -> ir.Module:
     module = ir.Module(name=symbol)
@@ -41,11 +31,7 @@ def render(kernel: K.Kernel, symbol: str, bounds_check: bool = False) -> ir.Modu
     return module
 
 
-def is_float(dtype: str) -> bool:
-    return dtype in ("float32", "float64")
-
-
-class _Renderer:
+class _Renderer(ValueHelpers, VectorLoops):
     def __init__(self, module, kernel: K.Kernel, symbol: str, bounds_check: bool):
         self.m, self.k, self.sym, self.check = module, kernel, symbol, bounds_check
         self.scopes = [{}]
@@ -360,28 +346,6 @@ class _Renderer:
             return b.srem(a, b_)
         return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](a, b_)
 
-    def _pow(self, a, b_, dtype, exponent):
-        """x ** c for small constants as multiplies / sqrt; the rest through llvm.pow."""
-        b = self.b
-        if isinstance(exponent, K.Const):
-            c = float(exponent.value)
-            one = self._const(1.0, dtype, a)
-            if c == 1:
-                return a
-            if c == 2:
-                return b.fmul(a, a)
-            if c == 3:
-                return b.fmul(b.fmul(a, a), a)
-            if c == 0.5:
-                return self._call_intrinsic("llvm.sqrt", dtype, [a])
-            if c == -1:
-                return b.fdiv(one, a)
-            if c == -2:
-                return b.fdiv(one, b.fmul(a, a))
-            if c == -0.5:
-                return b.fdiv(one, self._call_intrinsic("llvm.sqrt", dtype, [a]))
-        return self._call_intrinsic("llvm.pow", dtype, [a, b_])
-
     def _e_Where(self, e: K.Where):
         a, b_ = self._unify(self.expr(e.a), self.expr(e.b))
         cond = self.expr(e.cond)
@@ -391,78 +355,6 @@ class _Renderer:
 
     def _e_Cast(self, e: K.Cast):
         return self.cast(self.expr(e.x), e.x.dtype, e.dtype)
-
-    def cast(self, x, src: str, dst: str):
-        b = self.b
-        if src == dst:
-            return x
-        ty = self._ty(dst, x)
-        if dst == "bool":
-            zero = self._zero(src, x)
-            return b.fcmp_unordered("!=", x, zero) if is_float(src) else b.icmp_unsigned("!=", x, zero)
-        if is_float(src) and is_float(dst):
-            return b.fpext(x, ty) if dst == "float64" else b.fptrunc(x, ty)
-        if is_float(src):
-            return b.fptosi(x, ty) if dst != "uint8" else b.trunc(b.fptosi(x, self._ty("int32", x)), ty)
-        unsigned = src in ("uint8", "bool")
-        if is_float(dst):
-            return b.uitofp(x, ty) if unsigned else b.sitofp(x, ty)
-        sw, dw = TYPES[src].width, TYPES[dst].width
-        if sw > dw:
-            return b.trunc(x, ty)
-        return b.zext(x, ty) if unsigned else b.sext(x, ty)
-
-    # ---- helpers --------------------------------------------------------------------------
-    def _ty(self, dtype, like=None):
-        """The LLVM type of `dtype`, as a vector when `like` is one."""
-        if like is not None and isinstance(like.type, ir.VectorType):
-            return ir.VectorType(TYPES[dtype], like.type.count)
-        return TYPES[dtype]
-
-    def _const(self, value, dtype, like=None):
-        value = float(value) if is_float(dtype) else int(value)
-        ty = self._ty(dtype, like)
-        return ir.Constant(ty, [value] * ty.count if isinstance(ty, ir.VectorType) else value)
-
-    def _zero(self, dtype, like=None):
-        return self._const(0, dtype, like)
-
-    def _lanewise(self, fn, x):
-        """fn on a scalar, or on each lane of a vector (for libm calls with no vector form)."""
-        if not isinstance(x.type, ir.VectorType):
-            return fn(x)
-        out = ir.Constant(x.type, None)
-        for k in range(x.type.count):
-            lane = ir.Constant(I32, k)
-            out = self.b.insert_element(out, fn(self.b.extract_element(x, lane)), lane)
-        return out
-
-    def _unify(self, *values):
-        """Broadcast scalars to the vector width when any operand is a vector."""
-        width = next((v.type.count for v in values if isinstance(v.type, ir.VectorType)), None)
-        if width is None:
-            return values
-        return tuple(v if isinstance(v.type, ir.VectorType) else self._splat_value(v, width) for v in values)
-
-    def _to_memory(self, value, dtype):
-        return self.b.zext(value, self._ty("uint8", value)) if dtype == "bool" else value
-
-    def _from_memory(self, value, dtype):
-        return self.b.icmp_unsigned("!=", value, self._zero("uint8", value)) if dtype == "bool" else value
-
-    def _call_intrinsic(self, name, dtype, args, fastmath=()):
-        ty = args[0].type
-        scalar = {"float32": "f32", "float64": "f64"}[dtype]
-        suffix = f"v{ty.count}{scalar}" if isinstance(ty, ir.VectorType) else scalar
-        fn = self._extern(f"{name}.{suffix}", ty, [ty] * len(args))
-        return self.b.call(fn, args, fastmath=fastmath)
-
-    def _and(self, a, b_):
-        if a is None:
-            return b_
-        if b_ is None:
-            return a
-        return self.b.and_(a, b_)
 
     def _in_bounds(self, index, bi, valid=None):
         """limits[2bi] <= index < limits[2bi+1]; otherwise record bi + 1 in *err."""
@@ -476,131 +368,3 @@ class _Renderer:
         with b.if_then(bad):
             b.store(ir.Constant(I32, bi + 1), self.err)
         return ok
-
-    # ---- vector loops ---------------------------------------------------------------------
-    # Inside a `vector` loop an expression that depends on the loop variable is one
-    # SIMD value holding all lanes.  Supported there: loads and stores whose index
-    # moves by 1 per lane (contiguous), + - * max on vectors and broadcast scalars.
-    def _depends(self, e, var) -> bool:
-        memo = self.__dict__.setdefault("_dep_memo", {})
-        key = (id(e), var)
-        if key in memo:
-            return memo[key][1]
-        if isinstance(e, K.Var):
-            out = e.name == var or e.name in self.vector_vars
-        elif isinstance(e, (K.Const, K.Param)):
-            out = False
-        elif isinstance(e, (K.Load, K.Store)):
-            out = self._depends(e.index, var) or (e.valid is not None and self._depends(e.valid, var)) or \
-                (isinstance(e, K.Store) and self._depends(e.value, var))
-        elif isinstance(e, K.Binary):
-            out = self._depends(e.a, var) or self._depends(e.b, var)
-        elif isinstance(e, (K.Unary, K.Cast)):
-            out = self._depends(e.x, var)
-        elif isinstance(e, K.Where):
-            out = any(self._depends(x, var) for x in (e.cond, e.a, e.b))
-        else:
-            out = True
-        memo[key] = (e, out)
-        return out
-
-    def _lane_stride(self, index):
-        """(index at lane 0, step per lane); the step must be a known constant."""
-        var, _ = self.vector
-        base = _substitute(index, var, K.Const(0))
-        stride = _derivative(index, var, lambda e: not self._depends(e, var))
-        if stride is None:
-            raise ValueError("LLVM renderer: vector access whose index is not affine in the lane")
-        return self.expr(base), stride
-
-    def _array(self, name):
-        if name in self.locals:
-            return self.locals[name]
-        base, dtype, _ = self.bufs[name]
-        return base, dtype
-
-    def _vector_ptr(self, name, index):
-        base, dtype = self._array(name)
-        start, stride = self._lane_stride(index)
-        if stride != 1:
-            raise ValueError(f"LLVM renderer: vector store with stride {stride} (only contiguous is supported)")
-        return self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype]), dtype
-
-    def _vector_load(self, e: K.Load):
-        """Contiguous lanes: one vector load.  Strided lanes or lane-dependent
-        guards: a masked gather (masked-off lanes are not read and give 0)."""
-        base, dtype = self._array(e.buf)
-        width = self.vector[1]
-        start, stride = self._lane_stride(e.index)
-        mty = ir.VectorType(MEMORY_TYPES[dtype], width)
-        if stride == 1 and e.valid is None:
-            ptr = self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype])
-            # only element alignment is known (numpy buffers, offsets into locals)
-            return self._from_memory(self.b.load(ptr, typ=mty, align=_ALIGN[dtype]), dtype)
-        lanes = ir.Constant(ir.VectorType(I64, width), [k * stride for k in range(width)])
-        index = self.b.add(self._splat_value(start, width), lanes)
-        mask = self.expr(e.valid) if e.valid is not None else ir.Constant(ir.VectorType(I1, width), [1] * width)
-        if not isinstance(mask.type, ir.VectorType):
-            mask = self._splat_value(mask, width)
-        ptrs = self.b.gep(base, [index], source_etype=MEMORY_TYPES[dtype])
-        ptrs.type = ir.VectorType(PTR, width)  # llvmlite types a vector GEP as a scalar pointer
-        suffix = f"v{width}{_TYPE_SUFFIX[dtype]}.v{width}p0"
-        fn = self._extern(f"llvm.masked.gather.{suffix}", mty, [ptrs.type, I32, mask.type, mty])
-        value = self.b.call(fn, [ptrs, ir.Constant(I32, _ALIGN[dtype]), mask, ir.Constant(mty, None)])
-        return self._from_memory(value, dtype)
-
-    def _vector_store(self, s: K.Store) -> None:
-        if s.valid is not None and self._depends(s.valid, self.vector[0]):
-            raise ValueError("LLVM renderer: lane-dependent store guards are not supported in vector loops")
-        ptr, dtype = self._vector_ptr(s.buf, s.index)
-        value = self._to_memory(self._splat(self.expr(s.value), dtype), dtype)
-        if s.valid is None:
-            self.b.store(value, ptr, align=_ALIGN[dtype])
-        else:
-            with self.b.if_then(self.expr(s.valid)):
-                self.b.store(value, ptr, align=_ALIGN[dtype])
-
-    def _splat(self, value, dtype, width=None):
-        if isinstance(value.type, ir.VectorType):
-            return value
-        return self._splat_value(value, width or self.vector[1])
-
-    def _splat_value(self, value, width):
-        ty = ir.VectorType(value.type, width)
-        vec = self.b.insert_element(ir.Constant(ty, ir.Undefined), value, ir.Constant(I32, 0))
-        return self.b.shuffle_vector(vec, ir.Constant(ty, ir.Undefined),
-                                     ir.Constant(ir.VectorType(I32, width), [0] * width))
-
-
-def _derivative(e, var, constant=lambda e: False):
-    """d(e)/d(var) for affine integer expressions; None when not affine.
-    `constant(e)` tells subexpressions known not to depend on var."""
-    if constant(e):
-        return 0
-    if isinstance(e, K.Var):
-        return 1 if e.name == var else 0
-    if isinstance(e, (K.Const, K.Param)):
-        return 0
-    if isinstance(e, K.Binary) and e.op in ("add", "sub"):
-        da, db = _derivative(e.a, var, constant), _derivative(e.b, var, constant)
-        if da is None or db is None:
-            return None
-        return da + db if e.op == "add" else da - db
-    if isinstance(e, K.Binary) and e.op == "mul":
-        da, db = _derivative(e.a, var, constant), _derivative(e.b, var, constant)
-        if da == 0 and isinstance(e.a, K.Const) and db is not None:
-            return e.a.value * db
-        if db == 0 and isinstance(e.b, K.Const) and da is not None:
-            return e.b.value * da
-        if da == 0 and db == 0:
-            return 0
-        return None
-    return None
-
-
-def _substitute(e, var, value):
-    if isinstance(e, K.Var):
-        return value if e.name == var else e
-    if isinstance(e, K.Binary) and e.op in ("add", "sub", "mul"):
-        return K.Binary(e.op, _substitute(e.a, var, value), _substitute(e.b, var, value), e.dtype)
-    return e

@@ -77,9 +77,9 @@ def _build_state() -> dict:
 def _codegen_fingerprint() -> str:
     """A hash of the code that turns kernel IR into machine code, so that a cached
     object from an older renderer is never reused after it changed."""
-    from ..codegen import llvm as renderer, vecmath
+    from ..codegen import llvm as renderer, llvm_types, llvm_values, llvm_vector, vecmath
     digest = hashlib.sha256()
-    for module in (renderer, vecmath):
+    for module in (renderer, llvm_types, llvm_values, llvm_vector, vecmath):
         with open(module.__file__, "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()[:16]
