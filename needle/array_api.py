@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .dtypes import np_dtype
-from .errors import AxisError, ShapeError, fmt_shape, normalize_axes
+from .errors import ShapeError, fmt_shape, normalize_axes
 
 
 def _np(a) -> bool:
@@ -162,4 +162,4 @@ def check_axes(op: str, axes, ndim: int, shape) -> tuple:
     return normalize_axes(op, axes, ndim, shape)
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "np", "AxisError")]
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "np")]

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import NAMES, dtype_name, np_dtype
-from ..errors import DeviceError
+from ..dtypes import NAMES, np_dtype
 from . import numpy_kernels as K
-from .ndarray import NDArray, compact_strides, prod
+from .ndarray import NDArray
 
 
 class Device:

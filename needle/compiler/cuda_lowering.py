@@ -59,17 +59,7 @@ def lower(group, make_lowering, new_scratch) -> list:
         return [matmul(make_lowering())]
     if group.kind == "reduce":
         return reduce(group, make_lowering, new_scratch)
-    low = make_lowering()
-    if group.kind == "fill":
-        kernel = low.elementwise(None, group.root.shape, View.contiguous(group.root.shape))
-    elif group.kind == "piece":
-        index = group.root.arg[group.piece]
-        out_view = View.contiguous(group.root.shape).shrink([(a, b) for a, b, _ in index]) \
-            .stride([c for _, _, c in index])
-        kernel = low.elementwise(group.root.srcs[group.piece], group.domain, out_view)
-    else:
-        kernel = low.elementwise(group.root, group.domain, View.contiguous(group.domain))
-    return [grid_stride(kernel)]
+    return [grid_stride(make_lowering().store_group())]
 
 
 # ---- elementwise ---------------------------------------------------------------------------

@@ -163,6 +163,19 @@ class Lowering:
         return self.kernel(*nest(outer, body), work=math.prod(full))
 
 
+    def store_group(self) -> K.Kernel:
+        """The kernel of an elementwise-shaped group: a plain elementwise root, an
+        assemble's zero fill, or one piece of an assemble (stored into its slice)."""
+        g = self.group
+        if g.kind == "fill":
+            return self.elementwise(None, g.root.shape, View.contiguous(g.root.shape))
+        if g.kind == "piece":
+            index = g.root.arg[g.piece]
+            out_view = View.contiguous(g.root.shape).shrink([(a, b) for a, b, _ in index]) \
+                .stride([c for _, _, c in index])
+            return self.elementwise(g.root.srcs[g.piece], g.domain, out_view)
+        return self.elementwise(g.root, g.domain, View.contiguous(g.domain))
+
     def _columns_pay(self) -> bool:
         """Reduce over leading axes while the last (contiguous) axis is kept: then
         accumulate whole rows into the output, so the inner loop runs along memory."""

@@ -117,7 +117,7 @@ class Tiling:
 
     def macro(self) -> K.Kernel:
         low = self.make()
-        m, dtype, MR, NR = self.m, self.m.dtype, self.MR, self.NR
+        dtype, MR, NR = self.m.dtype, self.MR, self.NR
         ap = low.buffer(self.ap, dtype, "in")
         bp = low.buffer(self.bp, dtype, "in")
         out = low.buffer(low.slot_of(low.group.root), low.group.root.dtype, "out")

@@ -16,7 +16,6 @@ from . import matmul_tiling
 from .fusion import FusedGraph, fuse
 from .lowering import Lowering
 from .view_folding import fold_views
-from .views import View
 
 
 @dataclass
@@ -119,18 +118,7 @@ def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target) -> li
     if g.kind == "matmul":
         return [_call(k) for k in matmul_tiling.lower(make, new_scratch, target)]
     low = make()
-    if g.kind == "reduce":
-        kernel = low.reduce()
-    elif g.kind == "fill":
-        kernel = low.elementwise(None, g.root.shape, View.contiguous(g.root.shape))
-    elif g.kind == "piece":
-        index = g.root.arg[g.piece]
-        out_view = View.contiguous(g.root.shape).shrink([(a, b) for a, b, _ in index]) \
-            .stride([c for _, _, c in index])
-        kernel = low.elementwise(g.root.srcs[g.piece], g.domain, out_view)
-    else:
-        kernel = low.elementwise(g.root, g.domain, View.contiguous(g.domain))
-    return [_call(kernel)]
+    return [_call(low.reduce() if g.kind == "reduce" else low.store_group())]
 
 
 def _call(kernel) -> Call:

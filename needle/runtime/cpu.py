@@ -21,6 +21,7 @@ from ..errors import BoundsError
 from . import counters, jit, schedules
 from .pool import POOL
 from .schedules import ScheduleCache
+from ..compiler.schedule import Schedule  # noqa: F401  (type of CompiledSchedule.schedule)
 
 #: below this many elements of work per thread a kernel runs on one thread
 #: (a GOMP round trip costs about a microsecond; tiny kernels do not gain)
@@ -31,7 +32,7 @@ MIN_WORK_PER_THREAD = 1 << 18
 class CompiledSchedule:
     """A Schedule with its kernels compiled and its slot tables precomputed."""
 
-    def __init__(self, schedule: scheduling.Schedule):
+    def __init__(self, schedule: "Schedule"):
         self.schedule = schedule
         self.kernels = [jit.compile_kernel(c.kernel) for c in schedule.calls]
         self.n_slots = 1 + max([s for c in schedule.calls for s in c.slots] +
