@@ -3,16 +3,14 @@ whose pending graphs are compiled into fused kernels (LLVM on the CPU, CUDA C on
 NVIDIA GPUs).  The API is the one of CMU's Deep Learning Systems course."""
 from . import errors  # noqa: F401
 from . import autograd, init, ops  # noqa: F401
-from .autograd import Tensor, TensorTuple  # noqa: F401
-from .backend_selection import BACKEND, Device, all_devices, cpu, cpu_numpy, cuda, default_device  # noqa: F401
 from . import backend_ndarray  # noqa: F401
 from . import backend_ndarray as nd  # noqa: F401
-from .ops import *  # noqa: F401,F403
+from .autograd import Tensor, TensorTuple  # noqa: F401
+from .backend_selection import BACKEND, Device, all_devices, cpu, cpu_numpy, cuda, default_device  # noqa: F401
 from .init import ones, ones_like, zeros, zeros_like  # noqa: F401
+from .ops import *  # noqa: F401,F403
+from .realize import lazy, realize  # noqa: F401
+from . import data, ir, nn, optim, runtime  # noqa: F401,E402
+from .serialization import load, save  # noqa: F401,E402
 
 __version__ = "0.1.0"
-from .realize import lazy, realize  # noqa: F401,E402
-from . import data, optim  # noqa: F401,E402
-from .serialization import load, save  # noqa: F401,E402
-from . import ir, runtime  # noqa: F401,E402
-from . import nn  # noqa: F401,E402

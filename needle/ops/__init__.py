@@ -8,3 +8,7 @@ from .ops_movement import (Concatenate, Dilate, Flip, GetItem, Pad, Scatter, Spl
                            undilate)
 from .ops_tuple import (FusedAddScalars, MakeTensorTuple, TupleGetItem, fused_add_scalars,  # noqa: F401
                         make_tuple, tuple_get_item)
+
+#: the public ops: functions and Op classes defined in needle.ops (not what they import)
+__all__ = sorted(name for name, obj in list(globals().items())
+                 if not name.startswith("_") and getattr(obj, "__module__", "").startswith(__name__ + "."))
