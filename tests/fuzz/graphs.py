@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from hypothesis import strategies as st
 
+from tests.fuzz import numpy_helpers
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REGRESSION_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regressions")
 
@@ -152,36 +154,6 @@ OPS = {
     "stack": Op("ndl.ops.stack({args}, axis={axis})", "np.stack({args}, axis={axis})", 0, "join"),
 }
 
-#: numpy helpers the numpy templates call (also written into regression files)
-NUMPY_HELPERS = '''
-def np_mean(a, axes, keepdims):
-    axes_t = tuple(range(a.ndim)) if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
-    count = int(np.prod([a.shape[ax] for ax in axes_t]))
-    return np.sum(a, axis=axes, keepdims=keepdims) / max(count, 1)
-
-
-def np_logsumexp(a, axes):
-    axes_t = tuple(range(a.ndim)) if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
-    if not axes_t:
-        return a
-    m = np.max(a, axis=axes_t, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    return np.squeeze(np.log(np.sum(np.exp(a - m), axis=axes_t, keepdims=True)) + m, axis=axes_t)
-
-
-def np_transpose(a, axes):
-    return np.swapaxes(a, -1, -2) if axes is None else np.swapaxes(a, axes[0], axes[1])
-
-
-def np_dilate(a, axes, dilation):
-    axes = tuple(ax % a.ndim for ax in ((axes,) if isinstance(axes, int) else axes))
-    shape = tuple(n * (dilation + 1) if i in axes else n for i, n in enumerate(a.shape))
-    out = np.zeros(shape, dtype=a.dtype)
-    out[tuple(slice(None, None, dilation + 1) if i in axes else slice(None) for i in range(a.ndim))] = a
-    return out
-'''
-
-
 # ---- source text ---------------------------------------------------------------------------------
 def _fmt(value) -> str:
     """Python source for a parameter value (index tuples are rendered by `_index_source`)."""
@@ -279,7 +251,7 @@ def _helpers() -> dict:
     """np and the numpy helpers, defined once."""
     if not _helper_namespace:
         _helper_namespace.update({"np": np, "nan": np.nan, "inf": np.inf})
-        exec(NUMPY_HELPERS, _helper_namespace)  # noqa: S102 - our own code
+        _helper_namespace.update({name: getattr(numpy_helpers, name) for name in numpy_helpers.__all__})
     return _helper_namespace
 
 

@@ -204,8 +204,10 @@ def write_regression(prog: Program, mode: str, message: str = "", bounds: Bounds
 
 def _regression_body(prog: Program, mode: str, bounds: Bounds) -> str:
     parts = ["import numpy as np", "from numpy import inf, nan  # noqa: F401", "",
-             "import needle as ndl", "from needle import config  # noqa: F401", "", "",
-             graphs.NUMPY_HELPERS.strip(), "", "", graphs.inputs_source(prog), "", "",
+             "import needle as ndl  # noqa: F401",
+             "from tests.fuzz.numpy_helpers import *  # noqa: F401,F403",
+             "from tests.fuzz.regressions.support import check_forward, check_gradient  # noqa: F401", "", "",
+             graphs.inputs_source(prog), "", "",
              graphs.needle_source(prog), "", "", graphs.numpy_source(prog), "", ""]
     if mode == "gradient":
         parts.append(_GRADIENT_TEST.format(out=prog.outputs[0], step=FD_STEP))
@@ -222,11 +224,10 @@ def _regression_body(prog: Program, mode: str, bounds: Bounds) -> str:
                 tol = tol.tolist()
             skip = bounds.U[k].tolist() if bounds.U[k].any() else False
             tolerances.append(f"({k}, {tol!r}, {skip!r})")
+        bounds_args = ", bounds_check=True, monkeypatch=monkeypatch" if mode == "bounds" else ""
         parts.append(_FORWARD_TEST.format(
-            fixture="monkeypatch" if mode == "bounds" else "",
-            bounds="    monkeypatch.setattr(config, \"BOUNDS_CHECK\", True)\n" if mode == "bounds" else "",
-            lazy=mode != "eager", tolerances=",\n    ".join(tolerances),
-            realize="        ndl.realize(*outs)  # all outputs in one schedule\n" if prog.together else ""))
+            fixture="monkeypatch" if mode == "bounds" else "", tolerances=",\n    ".join(tolerances),
+            args=f"lazy={mode != 'eager'}, together={bool(prog.together)}{bounds_args}"))
     return "\n".join(parts)
 
 
@@ -238,36 +239,9 @@ CHECKS = [
 
 
 def test_regression_HASH({fixture}):
-{bounds}    x = inputs()
-    want = numpy_program(x)
-    with ndl.lazy({lazy}):
-        outs, _ = needle_program(x, ndl.cpu())
-{realize}        got = [o.numpy() for o in outs]
-    for g, (k, tol, skip) in zip(got, CHECKS):
-        assert g.shape == want[k].shape and g.dtype == x[0].dtype, f"v{{k}}: {{g.dtype}}{{g.shape}}"
-        g64, w = g.astype(np.float64), want[k]
-        with np.errstate(invalid="ignore"):
-            same = (np.isnan(g64) & np.isnan(w)) | (np.isinf(w) & (g64 == w)) | (np.abs(g64 - w) <= np.asarray(tol))
-        ok = same | np.asarray(skip, dtype=bool)
-        assert ok.all(), f"v{{k}}: got {{g64[~ok]}}, want {{w[~ok]}}"
+    check_forward(inputs, needle_program, numpy_program, CHECKS, {args})
 '''
 
 _GRADIENT_TEST = '''def test_regression_HASH():
-    x = inputs()
-    want = numpy_program(x)
-    w = np.random.default_rng(1234).uniform(0.5, 1.5, size=want[{out}].shape)
-    with ndl.lazy(True):
-        outs, tensors = needle_program(x, ndl.cpu(), requires_grad=True)
-        outs[0].backward(ndl.Tensor(w, device=ndl.cpu(), dtype="float64", requires_grad=False))
-        np.testing.assert_allclose(outs[0].numpy(), want[{out}], rtol=1e-7, atol=1e-9)
-        for i, t in enumerate(tensors):
-            expected = np.zeros(x[i].shape)
-            for j in range(x[i].size):
-                plus, minus = [y.copy() for y in x], [y.copy() for y in x]
-                plus[i].flat[j] += {step}
-                minus[i].flat[j] -= {step}
-                expected.flat[j] = (np.sum(w * numpy_program(plus)[{out}]) -
-                                    np.sum(w * numpy_program(minus)[{out}])) / (2 * {step})
-            got = t.grad.numpy() if t.grad is not None else np.zeros(x[i].shape)
-            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6, err_msg=f"input {{i}}")
+    check_gradient(inputs, needle_program, numpy_program, out={out}, step={step})
 '''

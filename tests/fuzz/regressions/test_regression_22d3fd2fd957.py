@@ -9,35 +9,9 @@ It failed with:
 import numpy as np
 from numpy import inf, nan  # noqa: F401
 
-import needle as ndl
-from needle import config  # noqa: F401
-
-
-def np_mean(a, axes, keepdims):
-    axes_t = tuple(range(a.ndim)) if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
-    count = int(np.prod([a.shape[ax] for ax in axes_t]))
-    return np.sum(a, axis=axes, keepdims=keepdims) / max(count, 1)
-
-
-def np_logsumexp(a, axes):
-    axes_t = tuple(range(a.ndim)) if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
-    if not axes_t:
-        return a
-    m = np.max(a, axis=axes_t, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    return np.squeeze(np.log(np.sum(np.exp(a - m), axis=axes_t, keepdims=True)) + m, axis=axes_t)
-
-
-def np_transpose(a, axes):
-    return np.swapaxes(a, -1, -2) if axes is None else np.swapaxes(a, axes[0], axes[1])
-
-
-def np_dilate(a, axes, dilation):
-    axes = tuple(ax % a.ndim for ax in ((axes,) if isinstance(axes, int) else axes))
-    shape = tuple(n * (dilation + 1) if i in axes else n for i, n in enumerate(a.shape))
-    out = np.zeros(shape, dtype=a.dtype)
-    out[tuple(slice(None, None, dilation + 1) if i in axes else slice(None) for i in range(a.ndim))] = a
-    return out
+import needle as ndl  # noqa: F401
+from tests.fuzz.numpy_helpers import *  # noqa: F401,F403
+from tests.fuzz.regressions.support import check_forward, check_gradient  # noqa: F401
 
 
 def inputs():
@@ -71,16 +45,4 @@ CHECKS = [
 
 
 def test_regression_22d3fd2fd957():
-    x = inputs()
-    want = numpy_program(x)
-    with ndl.lazy(True):
-        outs, _ = needle_program(x, ndl.cpu())
-        ndl.realize(*outs)  # all outputs in one schedule
-        got = [o.numpy() for o in outs]
-    for g, (k, tol, skip) in zip(got, CHECKS):
-        assert g.shape == want[k].shape and g.dtype == x[0].dtype, f"v{k}: {g.dtype}{g.shape}"
-        g64, w = g.astype(np.float64), want[k]
-        with np.errstate(invalid="ignore"):
-            same = (np.isnan(g64) & np.isnan(w)) | (np.isinf(w) & (g64 == w)) | (np.abs(g64 - w) <= np.asarray(tol))
-        ok = same | np.asarray(skip, dtype=bool)
-        assert ok.all(), f"v{k}: got {g64[~ok]}, want {w[~ok]}"
+    check_forward(inputs, needle_program, numpy_program, CHECKS, lazy=True, together=True)

@@ -1,0 +1,49 @@
+"""What every saved fuzzer regression runs: the needle program against its numpy
+twin, with the fuzzer's error bounds (forward) or finite differences (gradient)."""
+import numpy as np
+
+import needle as ndl
+from needle import config
+
+
+def check_forward(inputs, needle_program, numpy_program, checks, lazy=True, together=False,
+                  bounds_check=False, monkeypatch=None):
+    """`checks` holds (variable, absolute tolerance per value, values to skip) per output;
+    nan must meet nan and inf the same inf."""
+    if bounds_check:
+        monkeypatch.setattr(config, "BOUNDS_CHECK", True)
+    x = inputs()
+    want = numpy_program(x)
+    with ndl.lazy(lazy):
+        outs, _ = needle_program(x, ndl.cpu())
+        if together:
+            ndl.realize(*outs)  # all outputs in one schedule
+        got = [o.numpy() for o in outs]
+    for g, (k, tol, skip) in zip(got, checks):
+        assert g.shape == want[k].shape and g.dtype == x[0].dtype, f"v{k}: {g.dtype}{g.shape}"
+        g64, w = g.astype(np.float64), want[k]
+        with np.errstate(invalid="ignore"):
+            same = (np.isnan(g64) & np.isnan(w)) | (np.isinf(w) & (g64 == w)) | (np.abs(g64 - w) <= np.asarray(tol))
+        ok = same | np.asarray(skip, dtype=bool)
+        assert ok.all(), f"v{k}: got {g64[~ok]}, want {w[~ok]}"
+
+
+def check_gradient(inputs, needle_program, numpy_program, out, step):
+    """Gradients of a random weighting of output `out` against central differences."""
+    x = inputs()
+    want = numpy_program(x)
+    w = np.random.default_rng(1234).uniform(0.5, 1.5, size=want[out].shape)
+    with ndl.lazy(True):
+        outs, tensors = needle_program(x, ndl.cpu(), requires_grad=True)
+        outs[0].backward(ndl.Tensor(w, device=ndl.cpu(), dtype="float64", requires_grad=False))
+        np.testing.assert_allclose(outs[0].numpy(), want[out], rtol=1e-7, atol=1e-9)
+        for i, t in enumerate(tensors):
+            expected = np.zeros(x[i].shape)
+            for j in range(x[i].size):
+                plus, minus = [y.copy() for y in x], [y.copy() for y in x]
+                plus[i].flat[j] += step
+                minus[i].flat[j] -= step
+                expected.flat[j] = (np.sum(w * numpy_program(plus)[out]) -
+                                    np.sum(w * numpy_program(minus)[out])) / (2 * step)
+            got = t.grad.numpy() if t.grad is not None else np.zeros(x[i].shape)
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6, err_msg=f"input {i}")
