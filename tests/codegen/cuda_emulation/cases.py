@@ -261,13 +261,7 @@ def conv_forward_backward():
 def mlp_train_step():
     model = nn.Sequential(nn.Linear(20, 32, device=CPU), nn.ReLU(), nn.Linear(32, 10, device=CPU))
     opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    x = tensor(16, 20, requires_grad=False)
-    y = ndl.Tensor(np.random.randint(0, 10, 16), device=CPU, requires_grad=False)
-    loss = nn.SoftmaxLoss()(model(x), y)
-    opt.reset_grad()
-    loss.backward()
-    opt.step()
-    return [loss] + list(model.parameters())
+    return _train_step(model, opt, tensor(16, 20, requires_grad=False), classes=10)
 
 
 @case(rtol=1e-4, atol=1e-4)
@@ -275,8 +269,12 @@ def cnn_train_step():
     model = nn.Sequential(nn.Conv(3, 4, 3, device=CPU), nn.BatchNorm2d(4, device=CPU), nn.ReLU(),
                           nn.Flatten(), nn.Linear(4 * 6 * 6, 5, device=CPU))
     opt = optim.Adam(model.parameters(), lr=0.01)
-    x = tensor(2, 3, 6, 6, requires_grad=False)
-    y = ndl.Tensor(np.random.randint(0, 5, 2), device=CPU, requires_grad=False)
+    return _train_step(model, opt, tensor(2, 3, 6, 6, requires_grad=False), classes=5)
+
+
+def _train_step(model, opt, x, classes):
+    """One optimizer step on random labels: the loss and the updated parameters."""
+    y = ndl.Tensor(np.random.randint(0, classes, x.shape[0]), device=CPU, requires_grad=False)
     loss = nn.SoftmaxLoss()(model(x), y)
     opt.reset_grad()
     loss.backward()
