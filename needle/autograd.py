@@ -229,7 +229,9 @@ class Tensor(TensorMethods, Value):
         else:
             if device is None:
                 device = array.device if isinstance(array, NDArray) and BACKEND == "nd" else cpu()
-            cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype_name(dtype))
+            # the course's numpy backend keeps numpy's dtype when none is given (float64 lists)
+            dtype = None if dtype is None and BACKEND == "np" else dtype_name(dtype)
+            cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
         self._init(None, [], cached_data=cached_data, requires_grad=requires_grad)
 
     @staticmethod

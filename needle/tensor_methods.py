@@ -37,12 +37,13 @@ class TensorMethods:
     def __sub__(self, other):
         if _is_scalar(other):
             return _ops().add_scalar(self, -other)
-        return _ops().subtract(self, self._other(other))
+        # the course builds a - b as add(a, negate(b)); its topological-order tests count on it
+        return _ops().add(self, _ops().negate(self._other(other)))
 
     def __rsub__(self, other):
         if _is_scalar(other):
             return _ops().add_scalar(_ops().negate(self), other)
-        return _ops().subtract(self._other(other), self)
+        return _ops().add(self._other(other), _ops().negate(self))
 
     def __mul__(self, other):
         if _is_scalar(other):

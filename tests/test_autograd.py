@@ -34,8 +34,14 @@ def test_topo_sort_course_example():
     t4 = t3 * a
     t5 = t2 + t4
     c = t5 - a
-    # post-order DFS from c, inputs in order: c(t5(t2(t1(a), a), t4(t3(b), a)), a)
-    same_nodes(autograd.find_topo_sort([c]), [a, t1, t2, b, t3, t4, t5, c])
+    # a - b is add(a, negate(b)), as in the course: 9 nodes
+    # post-order DFS from c, inputs in order: c(t5(t2(t1(a), a), t4(t3(b), a)), negate(a))
+    assert isinstance(c.op, ops.EWiseAdd) and isinstance(c.inputs[1].op, ops.Negate)
+    same_nodes(autograd.find_topo_sort([c]), [a, t1, t2, b, t3, t4, t5, c.inputs[1], c])
+    values = [x.numpy().item() for x in autograd.find_topo_sort([c])]
+    # the course's reference values for this graph
+    np.testing.assert_allclose(values, [0.88282157, 2.64846471, 2.33812177, 0.90170084, 3.60680336,
+                                        3.1841638, 5.52228558, -0.88282157, 4.63946401], rtol=1e-7)
     np.testing.assert_allclose(c.numpy(), 3 * 0.88282157 ** 2 + 4 * 0.90170084 * 0.88282157 - 0.88282157)
 
 
@@ -371,9 +377,9 @@ NP_BACKEND_SCRIPT = textwrap.dedent("""
     a = ndl.Tensor(np.random.randn(3, 4))
     b = ndl.Tensor(np.random.randn(4, 2))
     assert type(a.realize_cached_data()) is np.ndarray, type(a.realize_cached_data())
-    assert a.dtype == "float32" and a.shape == (3, 4)
+    assert a.dtype == "float64" and a.shape == (3, 4)  # the course's numpy backend keeps numpy's dtype
     y = ops.summation(ops.logsumexp(ops.relu(a @ b) * 2, (1,))) + ops.max(a, (0,)).sum()
-    assert type(y.realize_cached_data()) in (np.ndarray, np.float32), type(y.realize_cached_data())
+    assert type(y.realize_cached_data()) in (np.ndarray, np.float64), type(y.realize_cached_data())
     y.backward()
     assert isinstance(a.grad.realize_cached_data(), np.ndarray)
     assert a.grad.shape == (3, 4) and b.grad.shape == (4, 2)
@@ -405,3 +411,12 @@ def test_numpy_array_backend_in_a_subprocess():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "np backend ok" in result.stdout
+
+
+def test_hw1_gradient_checks_pass_under_the_numpy_backend():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NEEDLE_BACKEND="np")
+    result = subprocess.run([sys.executable, os.path.join(root, "tests", "np_backend_checks.py")], cwd=root,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().endswith("ok")

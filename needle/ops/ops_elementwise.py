@@ -6,11 +6,21 @@ Binary ops broadcast like numpy; their gradients sum back over the broadcast axe
 """
 from __future__ import annotations
 
+import numpy
+
 from .. import array_api as A
 from ..autograd import TensorOp
 from ..dtypes import dtype_name
-from .checks import check_scalar, require_float
+from .checks import check_scalar as _check_real, require_float
 from .ops_reduce import unbroadcast
+
+
+def check_scalar(op: str, scalar):
+    """A Python number, or (as course code passes them) a numpy scalar or a 1-element
+    array such as `np.random.randn(1)`, as a Python number; anything else is an error."""
+    if isinstance(scalar, numpy.ndarray) and scalar.size == 1 or isinstance(scalar, numpy.generic):
+        scalar = scalar.item()
+    return _check_real(op, scalar)
 
 
 # ---- elementwise with two tensors ---------------------------------------------------------
