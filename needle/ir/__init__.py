@@ -2,15 +2,17 @@
 
 `graph`, `dump` and `visualize` show what a set of tensors will compute, at each
 stage of the compiler: the op graph, the fused graph, the kernel IR, LLVM IR or
-CUDA C.
+CUDA C.  stage="autograd" shows the Tensor graph `backward()` walks instead
+(`autograd_graph`), with values and gradients once computed.
 """
 from __future__ import annotations
 
 from ..errors import ArgumentError
-from . import draw, printer
+from . import autograd_graph, draw, printer
 from .nodes import Node, toposort  # noqa: F401
 
 STAGES = ("graph", "fused", "kernels", "llvm", "cuda")
+DUMP_STAGES = STAGES + ("autograd",)
 
 
 def graph(*tensors):
@@ -18,19 +20,28 @@ def graph(*tensors):
     return printer.to_networkx(printer.output_nodes(tensors))
 
 
-def dump(*tensors, stage: str = "graph") -> str:
-    """Readable text of the graph behind `tensors` at `stage`."""
+def dump(*tensors, stage: str = "graph", names=None) -> str:
+    """Readable text of the graph behind `tensors` at `stage`.  For "autograd",
+    `names` (a Module or {name: tensor}) names the parameters; by default the
+    live Modules holding them do."""
+    if stage == "autograd":
+        return autograd_graph.text(autograd_graph.collect(tensors, names))
     outputs = printer.output_nodes(tensors)
     if stage == "graph":
         return printer.graph_text(outputs)
     if stage not in STAGES:
-        raise ArgumentError(f"dump: unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+        raise ArgumentError(f"dump: unknown stage {stage!r}; expected one of {', '.join(DUMP_STAGES)}")
     from ..compiler import stages
     return stages.dump(outputs, stage)
 
 
-def visualize(*tensors, path: str, stage: str = "graph") -> str:
-    """Draw the graph to `path` (.dot, .svg or .png); fused kernels as clusters."""
+def visualize(*tensors, path: str, stage: str = "graph", names=None, max_nodes: int = 400) -> str:
+    """Draw the graph to `path` (.dot, .svg or .png); fused kernels as clusters.
+    stage="autograd" draws the Tensor graph with a cluster per module (`names` as
+    in `dump`); past `max_nodes` tensors each module's cluster becomes one box."""
+    if stage == "autograd":
+        graph = autograd_graph.collect(tensors, names)
+        return draw.write(autograd_graph.dot_text(graph, max_nodes), path)
     outputs = printer.output_nodes(tensors)
     if stage == "graph":
         order = toposort(outputs)
@@ -39,4 +50,4 @@ def visualize(*tensors, path: str, stage: str = "graph") -> str:
         from ..compiler import stages
         order, num, clusters, folded_outputs = stages.kernel_clusters(outputs)
         return draw.write(draw.dot_text(order, num, folded_outputs, clusters), path)
-    raise ArgumentError(f"visualize: stage must be 'graph' or 'fused', got {stage!r}")
+    raise ArgumentError(f"visualize: stage must be 'graph', 'fused' or 'autograd', got {stage!r}")

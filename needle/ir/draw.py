@@ -12,14 +12,15 @@ _COLORS = {"buffer": "#cfe2f3", "const": "#eeeeee", "param": "#eeeeee", "matmul"
 _MOVEMENT_COLOR = "#d9ead3"
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
+    """A DOT string literal."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def node_attrs(n, label: str) -> str:
     from .nodes import MOVEMENT
     color = _COLORS.get(n.op, _MOVEMENT_COLOR if n.op in MOVEMENT else "#ffffff")
-    return f"label={_quote(label)}, style=filled, fillcolor={_quote(color)}"
+    return f"label={quote(label)}, style=filled, fillcolor={quote(color)}"
 
 
 def dot_text(order, num, outputs, clusters=None) -> str:
@@ -30,7 +31,7 @@ def dot_text(order, num, outputs, clusters=None) -> str:
     in_cluster = set()
     for ci, (title, members) in enumerate((clusters or {}).items()):
         lines.append(f"  subgraph cluster_{ci} {{")
-        lines.append(f"    label={_quote(title)}; style=rounded; color=\"#3d85c6\";")
+        lines.append(f"    label={quote(title)}; style=rounded; color=\"#3d85c6\";")
         for n in order:
             if id(n) in members and id(n) not in in_cluster:  # a recomputed node is drawn once
                 in_cluster.add(id(n))
