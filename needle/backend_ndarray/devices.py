@@ -11,6 +11,7 @@ import numpy as np
 
 from ..dtypes import NAMES, np_dtype
 from . import numpy_kernels as K
+from .course_api import CourseKernels, as_buffer
 from .ndarray import NDArray
 
 
@@ -60,17 +61,21 @@ def _shape_arg(shape) -> tuple:
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
 
 
-class HostDevice(Device):
-    """Storage in host memory as a flat numpy array; ops run numpy."""
+class HostDevice(CourseKernels, Device):
+    """Storage in host memory as a flat numpy array; ops run numpy.  The course's
+    handle-level functions (`compact`, `ewise_add`, `matmul_tiled`, ...) come from
+    CourseKernels."""
 
     # ---- storage ----------------------------------------------------------------------
     def alloc(self, size: int, dtype: str):
-        return np.empty(size, dtype=np_dtype(dtype))
+        return as_buffer(np.empty(size, dtype=np_dtype(dtype)))
 
     def storage_size(self, handle) -> int:
         return handle.size
 
-    def from_numpy(self, array: np.ndarray):
+    def from_numpy(self, array: np.ndarray, out=None):
+        if out is not None:  # the course's from_numpy(array, out_handle)
+            return self.course_from_numpy(array, out)
         return np.asarray(array, order="C").reshape(-1)
 
     def numpy_view(self, a: NDArray) -> np.ndarray:
@@ -81,7 +86,9 @@ class HostDevice(Device):
                                strides=tuple(s * item for s in a.strides))
         return a._np
 
-    def to_numpy(self, a: NDArray) -> np.ndarray:
+    def to_numpy(self, a: NDArray, shape=None, strides=None, offset=0) -> np.ndarray:
+        if shape is not None:  # the course's to_numpy(handle, shape, strides, offset)
+            return self.course_to_numpy(a, shape, strides, offset)
         return np.array(self.numpy_view(a), copy=True)
 
     def wrap(self, result: np.ndarray, dtype=None) -> NDArray:
@@ -115,7 +122,9 @@ class HostDevice(Device):
     def reduce(self, op: str, a: NDArray, axes: tuple) -> NDArray:
         return self.wrap(K.reduce(op, self.numpy_view(a), axes))
 
-    def matmul(self, a: NDArray, b: NDArray) -> NDArray:
+    def matmul(self, a: NDArray, b: NDArray, out=None, m=None, n=None, p=None) -> NDArray:
+        if out is not None:  # the course's matmul(a, b, out, m, n, p) on handles
+            return self.course_matmul(a, b, out, m, n, p)
         return self.wrap(K.matmul(self.numpy_view(a), self.numpy_view(b)))
 
 
@@ -166,7 +175,9 @@ class CPUDevice(HostDevice):
     def reduce(self, op, a, axes):
         return self._kernel(lambda x: _build().reduce("reduce_" + op, x, axes) if axes else _build().copy(x), a)
 
-    def matmul(self, a, b):
+    def matmul(self, a, b, out=None, m=None, n=None, p=None):
+        if out is not None:  # the course's matmul(a, b, out, m, n, p) on handles
+            return self.course_matmul(a, b, out, m, n, p)
         return self._kernel(lambda x, y: _build().matmul(x, y), a, b)
 
 

@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from ..dtypes import DTYPES, check_elementwise, dtype_name, np_dtype, require_same
+from .course_api import as_buffer
 from .operators import ArrayOperators
 from ..errors import (AxisError, DeviceError, DTypeError, IndexingError, NeedleError, ShapeError, fmt_shape,
                       normalize_axes)
@@ -106,19 +107,30 @@ class NDArray(ArrayOperators):
         self._shape, self._strides, self._offset = other._shape, other._strides, other._offset
         self._device, self._handle, self._dtype, self._np = other._device, other._handle, other._dtype, None
 
+    _init = _init_from  # the course's name
+
+    compact_strides = staticmethod(compact_strides)
+
     @staticmethod
-    def make(shape, strides=None, device=None, handle=None, offset=0, dtype="float32") -> "NDArray":
-        """Create an array over `handle` (allocated if None) without copying."""
+    def make(shape, strides=None, device=None, handle=None, offset=0, dtype=None) -> "NDArray":
+        """Create an array over `handle` (allocated if None) without copying.  The dtype
+        defaults to the handle's (course code passes none), else float32."""
         if device is None:
             from .devices import default_device
             device = default_device()
+        if dtype is None:
+            dtype = "float32" if handle is None else handle.dtype
         array = NDArray.__new__(NDArray)
         array._shape = tuple(int(s) for s in shape)
         array._strides = compact_strides(array._shape) if strides is None else tuple(int(s) for s in strides)
         array._offset = int(offset)
         array._device = device
         array._dtype = dtype if dtype in DTYPES else dtype_name(dtype)
-        array._handle = array._device.alloc(prod(array._shape), array._dtype) if handle is None else handle
+        if handle is None:
+            handle = device.alloc(prod(array._shape), array._dtype)
+        elif type(handle) is np.ndarray:
+            handle = as_buffer(handle)  # host storage answers the course's `_handle.ptr()`
+        array._handle = handle
         array._np = None
         return array
 
@@ -263,6 +275,21 @@ class NDArray(ArrayOperators):
     def __getitem__(self, idxs) -> "NDArray":
         return self._index_view(idxs)
 
+    def process_slice(self, sl: slice, dim: int) -> slice:
+        """The course's explicit slice: start (default 0), stop (default the axis length,
+        negative counts from the end), step (default 1, must be positive), all ints."""
+        n = self._shape[dim]
+        start, stop, step = sl.start, sl.stop, sl.step
+        start = 0 if start is None else int(start)
+        start = start + n if start < 0 else start
+        stop = n if stop is None else int(stop)
+        stop = stop + n if stop < 0 else stop
+        step = 1 if step is None else int(step)
+        if step <= 0:
+            raise IndexingError(f"process_slice: steps must be positive, got {step} on axis {dim} "
+                                f"of shape {fmt_shape(self.shape)}")
+        return slice(start, stop, step)
+
     def __setitem__(self, idxs, other) -> None:
         view = self._index_view(idxs)
         if isinstance(other, NDArray):
@@ -369,6 +396,35 @@ class NDArray(ArrayOperators):
         return out.reshape(tuple(s for i, s in enumerate(self._shape) if i not in axes))
 
     def sum(self, axis=None, keepdims=False): return self._reduce("sum", axis, keepdims)
+
+    def reduce_view_out(self, axis, keepdims: bool = False):
+        """The course's helper for reductions over one axis (or all): a view with that axis
+        last, compact-reducible by `device.reduce_sum(view.compact()._handle, out._handle,
+        view.shape[-1])`, and the output array."""
+        if isinstance(axis, (tuple, list)):
+            if len(axis) != 1:
+                raise AxisError(f"reduce_view_out: one axis at a time, got {tuple(axis)}")
+            axis = axis[0]
+        if axis is None:
+            view = self.compact().reshape((1,) * (self.ndim - 1) + (self.size,))
+            return view, NDArray.make((1,) * (self.ndim if keepdims else 1), device=self.device, dtype=self.dtype)
+        axis = normalize_axes("reduce_view_out", axis, self.ndim, self.shape)[0]
+        view = self.permute(tuple(a for a in range(self.ndim) if a != axis) + (axis,))
+        shape = tuple(1 if i == axis else s for i, s in enumerate(self.shape)) if keepdims else \
+            tuple(s for i, s in enumerate(self.shape) if i != axis)
+        return view, NDArray.make(shape, device=self.device, dtype=self.dtype)
+
+    def ewise_or_scalar(self, other, ewise_func, scalar_func) -> "NDArray":
+        """The course's dispatch: `ewise_func(a, b, out)` on compact handles for an NDArray,
+        `scalar_func(a, value, out)` for a number."""
+        out = NDArray.make(self.shape, device=self.device, dtype=self.dtype)
+        if isinstance(other, NDArray):
+            if other.shape != self.shape:
+                raise ShapeError(f"ewise_or_scalar: shapes {fmt_shape(self.shape)} and {fmt_shape(other.shape)} differ")
+            ewise_func(self.compact()._handle, other.compact()._handle, out._handle)
+        else:
+            scalar_func(self.compact()._handle, other, out._handle)
+        return out
     def max(self, axis=None, keepdims=False): return self._reduce("max", axis, keepdims)
 
     def __matmul__(self, other: "NDArray") -> "NDArray":

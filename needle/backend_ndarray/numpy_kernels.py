@@ -67,3 +67,31 @@ def reduce(op: str, a: np.ndarray, axes: tuple) -> np.ndarray:
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
+
+
+def clamp_index(i: np.ndarray, n: int) -> np.ndarray:
+    """Index values as gather/scatter_add read them: negative ones count from the end
+    once, the rest is clamped into [0, n) (NaN reads as n - 1), then truncated to int."""
+    i = np.asarray(i)
+    if i.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            i = np.where(i < 0, i + n, i)
+            i = np.where(i < n, i, n - 1)
+            return np.where(i < 0, 0, i).astype(np.int64)
+    i = i.astype(np.int64)
+    return np.clip(np.where(i < 0, i + n, i), 0, n - 1)
+
+
+def gather(src: np.ndarray, indices, axis: int) -> np.ndarray:
+    """out[p, j, q] = src[p, i_0[j], ..., i_{k-1}[j], q] (indices clamped as above)."""
+    idx = tuple(clamp_index(i, src.shape[axis + d]) for d, i in enumerate(indices))
+    return src[(slice(None),) * axis + idx]
+
+
+def scatter_add(values: np.ndarray, indices, axis: int, sizes) -> np.ndarray:
+    """Zeros with out[p, i_0[j], ..., q] += values[p, j, q] (gather's adjoint)."""
+    ndim_i = np.ndim(indices[0])
+    out = np.zeros(values.shape[:axis] + tuple(sizes) + values.shape[axis + ndim_i:], dtype=values.dtype)
+    idx = tuple(clamp_index(i, n) for i, n in zip(indices, sizes))
+    np.add.at(out, (slice(None),) * axis + idx, values)
+    return out
