@@ -10,6 +10,7 @@ from .backend_selection import BACKEND, Device, all_devices, cpu, cpu_numpy, cud
 from .init import ones, ones_like, zeros, zeros_like  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .realize import lazy, realize  # noqa: F401
+from .profiler import profile  # noqa: F401,E402
 from . import data, ir, nn, optim, runtime  # noqa: F401,E402
 from .serialization import load, save  # noqa: F401,E402
 

@@ -23,6 +23,10 @@ from .pool import POOL
 from .schedules import ScheduleCache
 from ..compiler.schedule import Schedule  # noqa: F401  (type of CompiledSchedule.schedule)
 
+#: `timer(compiled_schedule, call_index, start, seconds)` after each launch, or None;
+#: set by needle.profiler only while a profile is active (no cost otherwise)
+KERNEL_TIMER = None
+
 #: below this many elements of work per thread a kernel runs on one thread
 #: (a GOMP round trip costs about a microsecond; tiny kernels do not gain)
 MIN_WORK_PER_THREAD = 1 << 18
@@ -75,14 +79,19 @@ class CompiledSchedule:
         params = values[self.param_matrix]
         err = np.zeros(1, dtype=np.int32)
         args = _Args(table, params, err)
+        timer = KERNEL_TIMER
+        timed = timer is not None or config.DEBUG >= 2
         try:
             for i, kernel in enumerate(self.kernels):
                 limits = _limits(s.calls[i], s, leaves, out_arrays, temps) if config.BOUNDS_CHECK else None
-                t0 = time.perf_counter() if config.DEBUG >= 2 else 0.0
+                t0 = time.perf_counter() if timed else 0.0
                 _launch(kernel, args, i, self.totals[i], self.threaded[i], limits)
-                if config.DEBUG >= 2:
+                if timed:
                     dt = time.perf_counter() - t0
-                    print(f"  {kernel.name:<28} {dt * 1e6:9.1f} us  {'threads' if self.threaded[i] else ''}")
+                    if config.DEBUG >= 2:
+                        print(f"  {kernel.name:<28} {dt * 1e6:9.1f} us  {'threads' if self.threaded[i] else ''}")
+                    if timer is not None:
+                        timer(self, i, t0, dt)
         finally:
             for t in temps:
                 POOL.release(t)

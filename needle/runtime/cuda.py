@@ -37,6 +37,9 @@ from .cuda_memory import (POOL, DeviceBuffer, DevicePool, FlatAccess, HostView, 
 
 _state = {}
 _lock = threading.RLock()
+#: `timer(compiled_schedule, call_index, start, seconds)` after each launch (GPU time
+#: from CUDA events), or None; set by needle.profiler only while a profile is active
+KERNEL_TIMER = None
 _modules = {}
 
 
@@ -205,20 +208,26 @@ class CompiledSchedule:
         if self.param_index:
             values = np.array([scalars[i].value for i in self.param_index], dtype=np.float64)
             drv.memcpy_htod(self.params.ptr, values)
+        timer = KERNEL_TIMER
+        timed = timer is not None or config.DEBUG >= 2
         try:
             for i, call in enumerate(s.calls):
                 args = [ptrs[slot] for slot in call.slots] + [self.params.ptr + 8 * self.param_offsets[i]]
                 keep = self._check_args(call, s, leaves, owned, temps, args) if self.check else None
                 grid, block = self.launch[i]
-                if config.DEBUG >= 2:
+                if timed:
                     start, end = drv.Event(), drv.Event()
+                    t0 = time.perf_counter()
                     start.record()
                 self.functions[i].prepared_call(grid, block, *args)
-                if config.DEBUG >= 2:
+                if timed:
                     end.record()
                     end.synchronize()
-                    print(f"  {call.kernel.name:<28} {start.time_till(end) * 1e3:9.1f} us  "
-                          f"grid {grid[0]} x {block[0]}")
+                    seconds = start.time_till(end) * 1e-3
+                    if config.DEBUG >= 2:
+                        print(f"  {call.kernel.name:<28} {seconds * 1e6:9.1f} us  grid {grid[0]} x {block[0]}")
+                    if timer is not None:
+                        timer(self, i, t0, seconds)
                 if keep is not None:
                     self._raise_if_out_of_bounds(keep, call, i)
         finally:

@@ -1,0 +1,112 @@
+"""Where the user wrote each IR node: recorded only while a profile is active.
+
+`install()` swaps `needle.ir.build._new` (the one constructor of lazy nodes) for a
+version that also stamps each node's `origin` with the first stack frame outside
+the needle library (`needle/cli/` counts as user code: it is written with needle's
+public API).  The origin stays a `str` equal to the frontend op's name, so dumps
+and schedule keys are unchanged; `origin.where` holds (file, line).  Nodes built
+while `backward()` differentiates a Tensor are labelled `d<Op>` and carry the
+line of that Tensor's forward op when it is known.  `uninstall()` restores the
+original constructor, so nothing is paid when not profiling.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Optional, Tuple
+
+import needle
+
+_LIBRARY = os.path.dirname(os.path.abspath(needle.__file__)) + os.sep
+_USER_INSIDE = (_LIBRARY + "cli" + os.sep,)
+_is_library_cache = {}
+
+
+class SourcedOrigin(str):
+    """A node origin (the frontend op's name) that also knows the user's line."""
+
+    where: Optional[Tuple[str, int]] = None
+
+
+def is_library(filename: str) -> bool:
+    hit = _is_library_cache.get(filename)
+    if hit is None:
+        path = os.path.abspath(filename)
+        hit = _is_library_cache[filename] = path.startswith(_LIBRARY) and not path.startswith(_USER_INSIDE)
+    return hit
+
+
+def _codes():
+    from .. import autograd
+    return autograd.compute_gradient_of_variables.__code__, autograd.Value.make_from_op.__func__.__code__
+
+
+def stamp(name: str) -> SourcedOrigin:
+    """`name` (possibly empty in eager mode) with the user's line and, inside
+    backward(), the op being differentiated."""
+    grad_code, make_code = _CODES
+    frame = sys._getframe(2)
+    forward = None
+    while frame is not None and is_library(frame.f_code.co_filename):
+        code = frame.f_code
+        if code is make_code and not name:
+            op = frame.f_locals.get("op")
+            name = getattr(op, "name", "") or name
+        elif code is grad_code and forward is None:
+            forward = frame.f_locals.get("node")
+        frame = frame.f_back
+    where = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
+    if forward is not None and getattr(forward, "op", None) is not None:
+        name = f"d{forward.op.name}"
+        data = forward._cached_data
+        forward_where = getattr(getattr(data, "origin", None), "where", None)
+        if forward_where is not None:
+            where = forward_where
+    origin = SourcedOrigin(name)
+    origin.where = where
+    return origin
+
+
+_CODES = (None, None)
+_original_new = None
+
+
+def install() -> None:
+    global _original_new, _CODES
+    from ..ir import build
+    if _original_new is not None:
+        return
+    _CODES = _codes()
+    original = _original_new = build._new
+
+    def _new_with_source(op, srcs, arg, shape, dtype, device):
+        node = original(op, srcs, arg, shape, dtype, device)
+        if not isinstance(node.origin, SourcedOrigin):
+            node.origin = stamp(node.origin)
+        return node
+
+    build._new = _new_with_source
+
+
+def uninstall() -> None:
+    global _original_new
+    from ..ir import build
+    if _original_new is not None:
+        build._new = _original_new
+        _original_new = None
+
+
+@functools.lru_cache(maxsize=4096)
+def short(where) -> str:
+    """`models.py:24` (relative to the working folder when under it)."""
+    if where is None:
+        return "?"
+    path, line = where
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        rel = path
+    if rel.startswith(".."):
+        rel = os.path.basename(path)
+    return f"{rel}:{line}"

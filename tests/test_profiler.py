@@ -1,0 +1,144 @@
+"""needle.profile(): kernels, call counts, source lines, rates, Chrome trace, hooks removed."""
+import inspect
+import json
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import runtime
+
+
+def _line_of(func, text: str):
+    """(file, line) of the line of `func` that contains `text`."""
+    lines, first = inspect.getsourcelines(func)
+    for k, line in enumerate(lines):
+        if text in line:
+            return (inspect.getsourcefile(func), first + k)
+    raise AssertionError(text)
+
+
+def fused_step(a, b):
+    y = ndl.relu(a * b)
+    return y.sum(axes=(1,))
+
+
+def _inputs(shape=(64, 96)):
+    rng = np.random.default_rng(0)
+    a = ndl.Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=False)
+    b = ndl.Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=False)
+    return a, b
+
+
+def _launched():
+    return runtime.stats()["kernels_launched"]
+
+
+def test_lazy_step_is_one_fused_kernel_with_both_lines():
+    a, b = _inputs()
+    with ndl.lazy(True):
+        fused_step(a, b).numpy()  # compile outside the profile
+        before = _launched()
+        with ndl.profile() as p:
+            for _ in range(3):
+                out = fused_step(a, b)
+                out.numpy()
+    # relu(a*b) is inlined into the row sum: one reduction kernel, launched once per step
+    rows = p.rows()
+    assert len(rows) == 1 and _launched() - before == 3
+    row = rows[0]
+    assert row.calls == 3 and row.device == "cpu()" and row.name.startswith("R_")
+    assert set(row.ops) == {"EWiseMul", "ReLU", "Summation"}
+    assert set(row.lines) == {_line_of(fused_step, "relu(a * b)"), _line_of(fused_step, "y.sum")}
+    np.testing.assert_allclose(out.numpy(), np.maximum(a.numpy() * b.numpy(), 0).sum(axis=1), rtol=1e-5)
+    # bytes: a and b read (2 * 64 * 96 floats), 64 sums written
+    assert row.bytes == 3 * (2 * 64 * 96 + 64) * 4
+    assert p.schedule_seconds == 0.0 and p.compile_seconds == 0.0  # the schedule was cached
+
+
+def test_eager_ops_are_one_kernel_each_with_their_line():
+    a, b = _inputs((32, 48))
+    with ndl.lazy(False):
+        fused_step(a, b)
+        before = _launched()
+        with ndl.profile() as p:
+            for _ in range(2):
+                fused_step(a, b)
+    by_ops = {r.ops: r for r in p.rows()}
+    assert sum(r.calls for r in p.rows()) == _launched() - before
+    mul, relu, total = by_ops[("EWiseMul",)], by_ops[("ReLU",)], by_ops[("Summation",)]
+    assert mul.calls == relu.calls == total.calls == 2
+    assert set(mul.lines) == set(relu.lines) == {_line_of(fused_step, "relu(a * b)")}
+    assert set(total.lines) == {_line_of(fused_step, "y.sum")}
+    assert mul.bytes == 2 * 3 * 32 * 48 * 4  # two reads and a write of 32x48 floats, twice
+
+
+def test_matmul_rate_is_in_flops():
+    rng = np.random.default_rng(1)
+    x = ndl.Tensor(rng.standard_normal((40, 30)).astype(np.float32), requires_grad=False)
+    w = ndl.Tensor(rng.standard_normal((30, 20)).astype(np.float32), requires_grad=False)
+    for lazy in (True, False):
+        with ndl.lazy(lazy):
+            (x @ w).numpy()
+            with ndl.profile() as p:
+                (x @ w).numpy()
+        main = [r for r in p.rows() if r.flops]
+        assert len(main) == 1 and main[0].flops == 2 * 40 * 30 * 20
+        assert "GFLOP/s" in p.table(print_it=False)
+
+
+def linear_loss(x, w):
+    h = x @ w
+    return (h * h).sum()
+
+
+def test_backward_kernels_point_at_the_forward_lines():
+    rng = np.random.default_rng(2)
+    x = ndl.Tensor(rng.standard_normal((16, 8)).astype(np.float32), requires_grad=False)
+    w = ndl.Tensor(rng.standard_normal((8, 4)).astype(np.float32))
+    with ndl.lazy(True):
+        with ndl.profile() as p:
+            loss = linear_loss(x, w)
+            loss.backward()
+            ndl.realize(loss, w.grad)
+    forward = {_line_of(linear_loss, "x @ w"), _line_of(linear_loss, "h * h")}
+    lines = set().union(*(set(r.lines) for r in p.rows()))
+    assert lines and lines <= forward
+    assert any(op.startswith("d") for r in p.rows() for op in r.ops)  # gradient ops are labelled
+    np.testing.assert_allclose(w.grad.numpy(), x.numpy().T @ (2 * x.numpy() @ w.numpy()), rtol=1e-4)
+
+
+def test_chrome_trace_has_one_complete_event_per_launch(tmp_path):
+    a, b = _inputs((17, 23))  # a shape no other test uses: the schedule is planned in the profile
+    with ndl.lazy(True):
+        before = _launched()
+        with ndl.profile() as p:
+            for _ in range(4):
+                fused_step(a, b).numpy()
+    launches = _launched() - before
+    path = p.export_chrome_trace(str(tmp_path / "trace.json"))
+    with open(path) as f:
+        trace = json.load(f)
+    kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) == launches == 4
+    assert all(e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0 for e in kernels)
+    schedule = [e for e in trace["traceEvents"] if e.get("cat") == "schedule"]
+    assert len(schedule) == 1 and p.schedule_seconds > 0
+    text = p.table(print_it=False)
+    assert "[schedule: passes]" in text and "[compile]" in text
+    assert "test_profiler.py:" in text
+
+
+def test_hooks_are_removed_and_profiles_do_not_nest():
+    from needle.ir import build
+    from needle.runtime import cpu
+    new_before = build._new
+    with ndl.profile() as p:
+        assert cpu.KERNEL_TIMER is not None and "get" in cpu.SCHEDULES.__dict__
+        with pytest.raises(ndl.errors.NeedleError, match="already active"):
+            with ndl.profile():
+                pass
+    assert cpu.KERNEL_TIMER is None and "get" not in cpu.SCHEDULES.__dict__ and build._new is new_before
+    with pytest.raises(ndl.errors.ArgumentError, match="sort_by"):
+        p.table(sort_by="speed")
+    assert "0 launches" in repr(p)
