@@ -30,6 +30,12 @@ def cmd_ir(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from .cli import profile
+    profile.run(args)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .cli import compare, ir, train
 
@@ -48,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
                                         "the fused graph, the kernel IR, LLVM IR or CUDA C.")
     ir.add_arguments(p)
     p.set_defaults(func=cmd_ir)
+
+    from .cli import profile
+    p = commands.add_parser("profile", help="profile a step of a workload, kernel by kernel",
+                            description="Run a built-in workload's step under needle.profile() and print "
+                                        "where the time goes: per kernel, its fused ops and source lines.")
+    profile.add_arguments(p)
+    p.set_defaults(func=cmd_profile)
 
     p = commands.add_parser("train", help="train a classifier on MNIST-format data",
                             description="Train softmax regression, an MLP or a small CNN on MNIST-format "

@@ -215,6 +215,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="train on the first N examples only (quick runs)")
     parser.add_argument("--seed", type=int, default=0, help="numpy seed for init and shuffling (default: 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--plot", metavar="FILE", default=None,
+                        help="draw loss and accuracy per epoch (train and test) to FILE (.png/.svg; matplotlib)")
     return parser
 
 
@@ -268,6 +270,9 @@ def run(args: argparse.Namespace) -> dict:
     speed = step_speed(args, model, train_loader)
     print(f"step time ({args.batch_size} examples): eager {speed['eager']:.2f} ms, lazy fused "
           f"{speed['fused']:.2f} ms ({speed['eager'] / speed['fused']:.1f}x)", flush=True)
+    if getattr(args, "plot", None):
+        from .plot import training_curves
+        print(f"wrote {training_curves(history, args.plot, title=f'{args.model} ({args.optimizer})')}", flush=True)
     final = dict(history[-1])
     del final["epoch"], final["seconds"]
     final["step_ms"] = speed
