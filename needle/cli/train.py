@@ -16,7 +16,7 @@ import argparse
 import contextlib
 import os
 import time
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 from tqdm import tqdm
@@ -28,6 +28,8 @@ from ..data import DataLoader, NDArrayDataset, parse_mnist
 from ..errors import DataError
 from ..realize import lazy, realize
 from ..runtime import realize_later
+from ..serialization import save
+from . import train_distributed
 
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 MODELS = ("softmax", "mlp", "cnn")
@@ -123,8 +125,10 @@ def make_optimizer(name: str, params, lr: Optional[float] = None) -> optim.Optim
 
 # ---- loops --------------------------------------------------------------------------------
 def train_epoch(model: nn.Module, loader: DataLoader, opt: optim.Optimizer,
-                progress: bool = True, desc: str = "train") -> Tuple[float, float]:
-    """One pass of training; returns (mean loss per example, accuracy)."""
+                progress: bool = True, desc: str = "train",
+                before_step: Optional[Callable[[], None]] = None) -> Tuple[float, float]:
+    """One pass of training; returns (mean loss per example, accuracy).  `before_step`
+    runs between backward() and the optimizer step (data-parallel gradient averaging)."""
     model.train()
     loss_fn = nn.SoftmaxLoss()
     total_loss, correct, seen = 0.0, 0, 0
@@ -138,6 +142,8 @@ def train_epoch(model: nn.Module, loader: DataLoader, opt: optim.Optimizer,
         loss.backward()
         realize_later(logits)  # computed by the step's realize: one schedule per step
         realize_later(loss)
+        if before_step is not None:
+            before_step()
         opt.step()
         n = X.shape[0]
         batch_loss = float(loss.numpy())
@@ -217,6 +223,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--plot", metavar="FILE", default=None,
                         help="draw loss and accuracy per epoch (train and test) to FILE (.png/.svg; matplotlib)")
+    parser.add_argument("--distributed", action="store_true",
+                        help="data-parallel over the processes of `mpiexec -n N` (--batch-size is the "
+                             "global batch; rank 0 prints and saves)")
+    parser.add_argument("--save", metavar="FILE", default=None, help="save the trained model's state_dict")
     return parser
 
 
@@ -242,6 +252,8 @@ def run(args: argparse.Namespace) -> dict:
     """Train as `args` says, print one line per epoch, return the final metrics:
     train_loss, train_acc, test_loss, test_acc, epoch_times (s), total_time (s), history."""
     check_args(args)
+    if getattr(args, "distributed", False) and not getattr(args, "_rank_guarded", False):
+        return train_distributed.guarded(run, args)  # joins the MPI world; one failing rank ends all
     device = DEVICES[args.device]()
     Tensor([0.0], device=device)  # fails here, with the device's reason, if it is unusable
     train_set, test_set = load_data(args.data, args.limit)
@@ -250,6 +262,11 @@ def run(args: argparse.Namespace) -> dict:
     opt = make_optimizer(args.optimizer, model.parameters(), args.lr)
     train_loader = DataLoader(train_set, args.batch_size, shuffle=True, device=device)
     test_loader = DataLoader(test_set, 1000, device=device)
+    parallel = train_distributed.DataParallel(args, model, train_set, test_set, device) \
+        if getattr(args, "distributed", False) else None
+    if parallel is not None:
+        train_loader, test_loader = parallel.train_loader, parallel.test_loader
+    main_rank = parallel is None or parallel.is_main  # prints, shows progress, saves
     mode = lazy(False) if args.eager else contextlib.nullcontext()
     print(f"training {args.model} on {len(train_set)} examples from {args.data} "
           f"({args.optimizer}, lr {opt.lr:g}, batch {args.batch_size}, {args.device}, "
@@ -259,18 +276,28 @@ def run(args: argparse.Namespace) -> dict:
     with mode:
         for epoch in range(1, args.epochs + 1):
             t0 = time.perf_counter()
-            train_loss, train_acc = train_epoch(model, train_loader, opt, progress=not args.no_progress,
+            if parallel is not None:
+                parallel.set_epoch(epoch)
+            train_loss, train_acc = train_epoch(model, train_loader, opt,
+                                                progress=not args.no_progress and main_rank,
+                                                before_step=parallel and parallel.sync_gradients,
                                                 desc=f"epoch {epoch}/{args.epochs}")
             test_loss, test_acc = evaluate(model, test_loader)
+            if parallel is not None:
+                train_loss, train_acc, test_loss, test_acc = parallel.combine(train_loss, train_acc,
+                                                                              test_loss, test_acc)
             seconds = time.perf_counter() - t0
             history.append(dict(epoch=epoch, train_loss=train_loss, train_acc=train_acc,
                                 test_loss=test_loss, test_acc=test_acc, seconds=seconds))
             print(f"epoch {epoch}/{args.epochs}  train loss {train_loss:.4f}  train acc {train_acc:.2%}  "
                   f"test acc {test_acc:.2%}  time {seconds:.1f}s", flush=True)
-    speed = step_speed(args, model, train_loader)
-    print(f"step time ({args.batch_size} examples): eager {speed['eager']:.2f} ms, lazy fused "
-          f"{speed['fused']:.2f} ms ({speed['eager'] / speed['fused']:.1f}x)", flush=True)
-    if getattr(args, "plot", None):
+    speed = step_speed(args, model, train_loader) if main_rank else None
+    if speed is not None:
+        print(f"step time ({train_loader.batch_size} examples): eager {speed['eager']:.2f} ms, lazy fused "
+              f"{speed['fused']:.2f} ms ({speed['eager'] / speed['fused']:.1f}x)", flush=True)
+    if getattr(args, "save", None) and main_rank:
+        save(model.state_dict(), args.save)
+    if getattr(args, "plot", None) and main_rank:
         from .plot import training_curves
         print(f"wrote {training_curves(history, args.plot, title=f'{args.model} ({args.optimizer})')}", flush=True)
     final = dict(history[-1])
