@@ -9,8 +9,10 @@ from .nn_basic import (BatchNorm1d, BatchNorm2d, CrossEntropyLoss, Dropout, Flat
                        Linear, MSELoss, ReLU, Residual, Sequential, Sigmoid, Softmax, SoftmaxLoss, Tanh)
 from .nn_conv import Conv, MaxPool2d
 from .nn_sequence import LSTM, RNN, Embedding, LSTMCell, RNNCell
+from .nn_transformer import AttentionLayer, MultiHeadAttention, Transformer, TransformerLayer
 
 __all__ = ["Module", "Parameter", "StateDictKeyError", "Identity", "Linear", "Flatten", "ReLU", "Tanh",
            "Sigmoid", "Softmax", "Sequential", "Residual", "SoftmaxLoss", "CrossEntropyLoss", "MSELoss",
            "BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "Dropout", "Conv", "MaxPool2d", "Embedding",
-           "RNNCell", "RNN", "LSTMCell", "LSTM"]
+           "RNNCell", "RNN", "LSTMCell", "LSTM", "MultiHeadAttention", "AttentionLayer", "TransformerLayer",
+           "Transformer"]
