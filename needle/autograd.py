@@ -9,6 +9,7 @@ built.  Data is computed when it is asked for (`numpy()`, `realize()`, printing,
 """
 from __future__ import annotations
 
+import contextlib
 from typing import List, Optional, Tuple, Union
 
 import numpy
@@ -26,6 +27,27 @@ from .traversal import postorder
 LAZY_MODE = config.LAZY and BACKEND == "nd"
 #: number of live Tensor/TensorTuple objects (tests use it to check graphs are freed).
 TENSOR_COUNTER = 0
+#: False inside `no_grad()`: ops then build no graph (their results are constants).
+GRAD_ENABLED = True
+
+
+class no_grad(contextlib.ContextDecorator):
+    """`with needle.no_grad():` (or `@needle.no_grad()`): ops inside record no graph,
+    so evaluation keeps no tensors alive for a backward pass that never comes."""
+
+    def __enter__(self):
+        global GRAD_ENABLED
+        self._previous, GRAD_ENABLED = GRAD_ENABLED, False
+        return self
+
+    def __exit__(self, *exc):
+        global GRAD_ENABLED
+        GRAD_ENABLED = self._previous
+        return False
+
+
+def is_grad_enabled() -> bool:
+    return GRAD_ENABLED
 
 
 class Op:
@@ -79,6 +101,9 @@ class Value:
 
     op: Optional[Op]
     inputs: List["Value"]
+    #: bumped by `t[idx] = v`; a node whose input changed since it was built cannot backward
+    _version = 0
+    _saved_versions = ()
     _cached_data: object
     requires_grad: bool
 
@@ -160,11 +185,23 @@ class Value:
                 origin.name = previous
         else:
             data = op.compute(*args)
-        if not any(x.requires_grad for x in inputs):
+        if not GRAD_ENABLED or not any(x.requires_grad for x in inputs):
             return cls.make_const(data)  # nothing to differentiate: keep no graph
         value = cls.__new__(cls)
         value._init(op, list(inputs), cached_data=data, requires_grad=True)
+        value._saved_versions = tuple(x._version for x in inputs)
         return value
+
+
+def _outlives_step(value: "Value") -> "Value":
+    """Lazy mode: `value` is state that outlives the graph it was built in (a detached
+    tensor, `.data`, module or optimizer state); have its pending data computed with
+    the next schedule that runs, so that later steps start from a buffer instead of
+    extending (and recomputing) this step's graph."""
+    if LAZY_MODE:
+        from .runtime import realize_later
+        realize_later(value)
+    return value
 
 
 def _realize(nodes) -> None:
@@ -206,7 +243,7 @@ class TensorTuple(Value):
         return ops.make_tuple(*[self[i] + other[i] for i in range(len(self))])
 
     def detach(self) -> "TensorTuple":
-        return TensorTuple.make_const(self._cached_data)
+        return _outlives_step(TensorTuple.make_const(self._cached_data))
 
     @property
     def device(self):
@@ -233,6 +270,8 @@ class Tensor(TensorMethods, Value):
             dtype = None if dtype is None and BACKEND == "np" else dtype_name(dtype)
             cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
         self._init(None, [], cached_data=cached_data, requires_grad=requires_grad)
+        if isinstance(array, Tensor):
+            _outlives_step(self)  # hw1-style `W = Tensor(W - lr * W.grad)` must not chain steps
 
     @staticmethod
     def _array_from_numpy(numpy_array, device, dtype):
@@ -260,10 +299,13 @@ class Tensor(TensorMethods, Value):
         if value.dtype != self.dtype:
             raise DTypeError(f"Tensor.data: dtype {value.dtype} differs from the tensor's {self.dtype}")
         self._cached_data = value._cached_data
+        _outlives_step(self)
 
     def detach(self) -> "Tensor":
-        """A new leaf sharing this tensor's data (pending or realized), cut from the graph."""
-        return Tensor.make_const(self._cached_data)
+        """A new leaf sharing this tensor's data (pending or realized), cut from the graph.
+        Pending data is computed with the next schedule (if the tensor is alive then), so
+        a hidden state carried across truncated-BPTT segments does not drag them along."""
+        return _outlives_step(Tensor.make_const(self._cached_data))
 
     @property
     def shape(self) -> tuple:
@@ -347,7 +389,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
                          f"the tensor's {fmt_shape(output_tensor.shape)}")
     if LAZY_MODE and is_pending(output_tensor._cached_data):
         from .runtime import realize_later
-        realize_later(output_tensor._cached_data)  # computed with the next schedule (the step)
+        realize_later(output_tensor)  # computed with the next schedule (the step)
     node_to_output_grads_list = {output_tensor: [out_grad]}
     for node in reversed(find_topo_sort([output_tensor])):
         grads = node_to_output_grads_list.pop(node, None)
@@ -356,10 +398,56 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         adjoint = sum_node_list(grads)
         node.grad = adjoint
         if node.op is None:
+            _outlives_step(adjoint)  # computed with the next schedule, loss read or step
             continue
-        for inp, grad in zip(node.inputs, node.op.gradient_as_tuple(adjoint, node)):
-            if inp.requires_grad:
+        _check_versions(node)
+        for i, (inp, grad) in enumerate(zip(node.inputs, node.op.gradient_as_tuple(adjoint, node))):
+            if inp.requires_grad and grad is not None:
+                _check_gradient(node, i, inp, grad)
                 node_to_output_grads_list.setdefault(inp, []).append(grad)
+
+
+def _check_gradient(node: Value, i: int, inp: Value, grad) -> None:
+    """A custom op's gradient() of the wrong shape or dtype is reported here, naming
+    the op, instead of surfacing later as a broadcast error in the optimizer."""
+    if not isinstance(inp, Tensor):
+        return
+    where = f"backward: {type(node.op).__name__}.gradient() returned"
+    if not isinstance(grad, Tensor):
+        raise DTypeError(f"{where} a {type(grad).__name__} for input {i}; it must return Tensors")
+    if grad.shape != inp.shape:
+        raise ShapeError(f"{where} a gradient of shape {fmt_shape(grad.shape)} for input {i} of shape "
+                         f"{fmt_shape(inp.shape)}; a gradient has its input's shape")
+    if grad.dtype != inp.dtype and BACKEND == "nd":  # the np backend follows numpy's promotion
+        raise DTypeError(f"{where} a {grad.dtype} gradient of shape {fmt_shape(grad.shape)} for input {i}, "
+                         f"a {inp.dtype} tensor of shape {fmt_shape(inp.shape)}")
+
+
+def _check_versions(node: Value) -> None:
+    for i, (inp, seen) in enumerate(zip(node.inputs, node._saved_versions)):
+        if inp._version != seen:
+            raise RuntimeError(f"backward: input {i} of {type(node.op).__name__} (shape {fmt_shape(inp.shape)}) "
+                               "was changed by an index assignment (t[...] = v) after the op used it; assign "
+                               "before using the tensor, or assign into a copy (t = t + 0)")
+
+
+def assign_functional(tensor: Tensor, update) -> None:
+    """`tensor[idx] = v`: `tensor` becomes `update(old)`, a new node over a copy of its
+    old self, so the graph keeps the old value for gradients.  A leaf that requires
+    grad may be written only under `no_grad()` (its data is replaced, it stays a leaf)."""
+    if tensor.op is None and tensor.requires_grad and GRAD_ENABLED:
+        raise RuntimeError(f"setitem: a leaf tensor that requires grad (shape {fmt_shape(tensor.shape)}) cannot be "
+                           "written in place: its gradient would no longer belong to it; write under "
+                           "`with needle.no_grad():`, or into a copy (`t = t + 0`)")
+    old = Tensor.__new__(Tensor)
+    old._init(tensor.op, tensor.inputs, cached_data=tensor._cached_data, requires_grad=tensor.requires_grad)
+    old._saved_versions = tensor._saved_versions
+    new = update(old)
+    tensor._cached_data = new._cached_data
+    if new.op is not None or tensor.op is not None:
+        tensor.op, tensor.inputs, tensor.requires_grad = new.op, new.inputs, new.requires_grad
+        tensor._saved_versions = new._saved_versions
+    tensor._version += 1
 
 
 def find_topo_sort(node_list: List[Value]) -> List[Value]:

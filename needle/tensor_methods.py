@@ -78,7 +78,33 @@ class TensorMethods:
         return _ops().negate(self)
 
     def __getitem__(self, idxs):
-        return _ops().getitem(self, idxs)
+        return _ops().index(self, idxs)
+
+    def __setitem__(self, idxs, value):
+        """`t[idxs] = value` as a functional update: t becomes a new node of the graph
+        (the old value is kept for the gradient), numpy's indexing rules."""
+        from .autograd import assign_functional
+        assign_functional(self, lambda old: _ops().setitem(old, idxs, value))
+
+    # comparisons give float 0/1 and no gradient; `==` stays identity (the course's rule),
+    # `eq`/`ne` compare elementwise
+    def __lt__(self, other):
+        return _ops().compare("lt", self, other)
+
+    def __le__(self, other):
+        return _ops().compare("le", self, other)
+
+    def __gt__(self, other):
+        return _ops().compare("gt", self, other)
+
+    def __ge__(self, other):
+        return _ops().compare("ge", self, other)
+
+    def eq(self, other):
+        return _ops().compare("eq", self, other)
+
+    def ne(self, other):
+        return _ops().compare("ne", self, other)
 
     __radd__ = __add__
     __rmul__ = __mul__
@@ -95,6 +121,49 @@ class TensorMethods:
 
     def max(self, axes=None, keepdims=False):
         return _ops().max(self, axes, keepdims=keepdims)
+
+    def min(self, axes=None, keepdims=False):
+        return _ops().amin(self, axes, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        return _ops().argmax(self, axis, keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return _ops().argmin(self, axis, keepdims)
+
+    def var(self, axes=None, keepdims=False, unbiased=True):
+        return _ops().var(self, axes, keepdims=keepdims, correction=1 if unbiased else 0)
+
+    def std(self, axes=None, keepdims=False, unbiased=True):
+        return _ops().sqrt(self.var(axes, keepdims=keepdims, unbiased=unbiased))
+
+    def abs(self):
+        return _ops().absolute(self)
+
+    __abs__ = abs
+
+    def squeeze(self, axis=None):
+        """Drop size-1 axes (all of them, or the given ones, which must have size 1)."""
+        from .errors import ShapeError, normalize_axes
+        shape = self.shape
+        axes = tuple(i for i, s in enumerate(shape) if s == 1) if axis is None else \
+            normalize_axes("squeeze", axis, len(shape), shape)
+        if any(shape[i] != 1 for i in axes):
+            raise ShapeError(f"squeeze: axes {axes} of shape {shape} are not all of size 1")
+        return self.reshape(tuple(s for i, s in enumerate(shape) if i not in axes))
+
+    def unsqueeze(self, axis):
+        """A new size-1 axis at `axis` (negative counts from the end of the result)."""
+        from .errors import normalize_axes
+        shape = self.shape
+        axis = normalize_axes("unsqueeze", axis, len(shape) + 1, shape)[0]
+        return self.reshape(shape[:axis] + (1,) + shape[axis:])
+
+    def numel(self) -> int:
+        return self.size
+
+    def __int__(self) -> int:
+        return int(self.item())
 
     def broadcast_to(self, shape):
         return _ops().broadcast_to(self, shape)

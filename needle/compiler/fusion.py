@@ -27,6 +27,8 @@ from .view_folding import CHEAP_OPS, FoldedGraph, subtree_cost
 from .views import View
 
 LEAVES = ("buffer", "const", "param")
+#: nodes a kernel may compute inline for its reader (a gather is one indexed load)
+INLINE = ELEMENTWISE + ("gather",)
 #: an inlined expression larger than this is cut (its top node stored), which keeps
 #: kernels quick to compile and code generation free of deep recursion
 MAX_KERNEL_OPS = 160
@@ -66,7 +68,7 @@ class Group:
         if self.kind == "matmul":
             m = self.matmul
             return f"M_{'_'.join(map(str, m.shape))}_{m.srcs[0].shape[-1]}"
-        return {"elementwise": "E", "reduce": "R", "fill": "F", "piece": "A"}[self.kind] + "_" + dims
+        return {"elementwise": "E", "reduce": "R", "fill": "F", "piece": "A", "scatter": "S"}[self.kind] + "_" + dims
 
 
 @dataclass
@@ -127,15 +129,15 @@ def _initial_stored(order, outputs, consumers, reasons) -> set:
             why = "output"
         elif n.op in REDUCE:
             why = "reduction"
-        elif n.op in ("matmul", "assemble", "copy"):
+        elif n.op in ("matmul", "assemble", "copy", "scatter_add"):
             why = n.op
         elif id(n) in reasons:
             why = reasons[id(n)]
-        elif n.op in ELEMENTWISE and len(consumers[id(n)]) > 1:
+        elif n.op in INLINE and len(consumers[id(n)]) > 1:
             cost = subtree_cost(n)
             if cost > CHEAP_OPS:
                 why = f"read by {len(consumers[id(n)])} nodes and too costly to recompute (cost {cost})"
-        if why is None and n.op in ELEMENTWISE and id(n) not in stored:
+        if why is None and n.op in INLINE and id(n) not in stored:
             size = 1 + sum(inlined.get(id(s), 0) for s in n.srcs if id(s) not in stored)
             if size > MAX_KERNEL_OPS:
                 why = f"kernel size limit: the expression above it has more than {MAX_KERNEL_OPS} ops"
@@ -184,6 +186,8 @@ def _new_group(n) -> Group:
         return Group("reduce", n, stages=[n])
     if n.op == "matmul":
         return Group("matmul", n, matmul=n)
+    if n.op == "scatter_add":
+        return Group("scatter", n)
     return Group("elementwise", n)
 
 
@@ -272,6 +276,8 @@ def _stage_legal(r, k: Group, consumers) -> str:
         return f"its reader is a {k.kind} kernel"
     if k.root.op == "assemble":  # its pieces become kernels of their own, without stages
         return "its reader is an assemble (one kernel per piece)"
+    if _read_by_gather(r, consumers):
+        return "a gather reads it at data-dependent positions"
     full, kept = r.srcs[0].shape, r.shape
     if k.stages and (k.stages[0].srcs[0].shape != full or k.stages[0].arg != r.arg):
         return "the reader already reduces another domain"
@@ -289,6 +295,23 @@ def _stage_legal(r, k: Group, consumers) -> str:
                   and domain != full):
             return f"read through {v.arg}"
     return ""
+
+
+def _read_by_gather(r, consumers) -> bool:
+    """A stage leaves one value per kept index in a register; a gather reading the
+    reduction (or an expression of it) needs it at other indices."""
+    stack, seen = [r], set()
+    while stack:
+        n = stack.pop()
+        for c in consumers[id(n)]:
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if c.op in ("gather", "scatter_add"):
+                return True
+            if c.op in ELEMENTWISE or c.op == "view":
+                stack.append(c)
+    return False
 
 
 def _squeeze(shape) -> tuple:

@@ -94,6 +94,12 @@ class Lowering:
             return K.Cast(self.gen(node.srcs[0], index), dtype)
         if op == "copy":
             return self.gen(node.srcs[0], index)
+        if op == "gather":
+            axis, srcs = node.arg, node.srcs
+            k, i_ndim = len(srcs) - 1, srcs[1].ndim
+            picked = tuple(self.index_value(ix, index[axis:axis + i_ndim], srcs[0].shape[axis + d])
+                           for d, ix in enumerate(srcs[1:]))
+            return self.gen(srcs[0], index[:axis] + picked + index[axis + i_ndim:])
         raise ValueError(f"lowering: cannot inline {op} (it should have been stored)")
 
     def view_read(self, vnode, index):
@@ -112,11 +118,37 @@ class Lowering:
         name = self.buffer(self.slot_of(base), base.dtype, "in")
         return K.Load(name, linear(index, view.strides, view.offset), base.dtype, valid)
 
+    def index_value(self, node, index, n: int):
+        """The index array `node` at `index` as an int64 position in [0, n): negative
+        values count from the end once, the rest is clamped, so a computed index never
+        reads or writes outside the array (numpy_kernels.clamp_index is the meaning).
+        Floats are clamped before the conversion, which is undefined out of range."""
+        value = self.gen(node, index)
+        if value.dtype.startswith("float"):
+            wrapped = K.Where(K.Binary("lt", value, K.Const(0, value.dtype), "bool"),
+                              K.Binary("add", value, K.Const(n, value.dtype), value.dtype), value, value.dtype)
+            upper = K.Where(K.Binary("lt", wrapped, K.Const(n, value.dtype), "bool"),
+                            wrapped, K.Const(n - 1, value.dtype), value.dtype)
+            lower = K.Where(K.Binary("lt", upper, K.Const(0, value.dtype), "bool"),
+                            K.Const(0, value.dtype), upper, value.dtype)
+            return K.Cast(lower, K.INDEX)
+        value = value if value.dtype == K.INDEX else K.Cast(value, K.INDEX)
+        wrapped = K.Where(K.Binary("lt", value, K.Const(0), "bool"), K.Binary("add", value, K.Const(n), K.INDEX),
+                          value, K.INDEX)
+        return K.Binary("max", K.Binary("min", wrapped, K.Const(n - 1), K.INDEX), K.Const(0), K.INDEX)
+
     # ---- kernels ------------------------------------------------------------------------
     def elementwise(self, root, domain, out_view: View) -> K.Kernel:
         """Store `root` over `domain` through `out_view` (contiguous, or a slice of an
-        assemble).  Adjacent dims that every view allows are merged first."""
-        views = reachable_views(root, self.stored, self.group.root)
+        assemble).  Adjacent dims that every view allows are merged first (not when a
+        gather is inlined: its sources are indexed over other shapes)."""
+        inlined = inlined_nodes(root, self.stored, self.group.root)
+        if any(n.op == "gather" for n in inlined):
+            index, loops = loop_vars(domain, "i")
+            out = self.buffer(self.slot_of(self.group.root), self.group.root.dtype, "out")
+            body = [K.Store(out, linear(index, out_view.strides, out_view.offset), self.gen(root, index))]
+            return self.kernel(*nest(loops, body), work=math.prod(domain))
+        views = [n for n in inlined if n.op == "view"]
         shape = merge_dims(domain, [v.arg for v in views] + [out_view])
         if shape != domain:
             for v in views:
@@ -167,6 +199,8 @@ class Lowering:
         """The kernel of an elementwise-shaped group: a plain elementwise root, an
         assemble's zero fill, or one piece of an assemble (stored into its slice)."""
         g = self.group
+        if g.kind == "scatter":
+            return self.scatter()
         if g.kind == "fill":
             return self.elementwise(None, g.root.shape, View.contiguous(g.root.shape))
         if g.kind == "piece":
@@ -175,6 +209,31 @@ class Lowering:
                 .stride([c for _, _, c in index])
             return self.elementwise(g.root.srcs[g.piece], g.domain, out_view)
         return self.elementwise(g.root, g.domain, View.contiguous(g.domain))
+
+    def scatter(self) -> K.Kernel:
+        """scatter_add: one task per position outside the indexed axes zeroes its
+        fiber of the output, then adds every value whose index lands in it.  Tasks own
+        disjoint fibers and the index loops stay serial inside a task, so repeated
+        indices add up without races, on threads and on the GPU grid alike."""
+        g = self.group
+        values, indices = g.root.srcs[0], g.root.srcs[1:]
+        axis, sizes = g.root.arg
+        i_ndim, k = indices[0].ndim, len(indices)
+        pre, ishape, post = values.shape[:axis], indices[0].shape, values.shape[axis + i_ndim:]
+        pre_ix, pre_loops = loop_vars(pre, "p")
+        post_ix, post_loops = loop_vars(post, "q")
+        j_ix, j_loops = loop_vars(ishape, "j")
+        out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
+        strides = View.contiguous(g.root.shape).strides
+        z_ix, z_loops = loop_vars(sizes, "z")
+        zero = nest_loops(z_loops, [K.Store(out, linear(pre_ix + z_ix + post_ix, strides, 0),
+                                            K.Const(0, g.root.dtype))])
+        lets = [K.Let(f"t{d}", self.index_value(ix, j_ix, n)) for d, (ix, n) in enumerate(zip(indices, sizes))]
+        at = linear(pre_ix + tuple(K.Var(f"t{d}") for d in range(k)) + post_ix, strides, 0)
+        add = K.Store(out, at, K.Binary("add", K.Load(out, at, g.root.dtype),
+                                        self.gen(values, pre_ix + j_ix + post_ix), g.root.dtype))
+        body = zero + nest_loops(j_loops, lets + [add])
+        return self.kernel(*nest(pre_loops + post_loops, body), work=max(values.size, g.root.size))
 
     def _columns_pay(self) -> bool:
         """Reduce over leading axes while the last (contiguous) axis is kept: then

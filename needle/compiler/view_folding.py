@@ -16,7 +16,8 @@ partial view first (a `copy`), and reads the copy.
 
 Guarantees: the result computes the same values as the input graph; it has no
 movement nodes; every `view` node reads a base; `materialized` names each node
-the pass decided to store, with the reason.
+the pass decided to store, with the reason.  A `gather` read as is stays inline
+(its reader's kernel computes it); read through movement it becomes a base.
 """
 from __future__ import annotations
 
@@ -130,6 +131,8 @@ class _Folder:
                 zero = Node("const", (), 0, shape, n.dtype, n.device, n.origin)
                 out = Node("where", (valid, out, zero), None, shape, n.dtype, n.device, n.origin)
             return out
+        if n.op == "gather" and not ch:  # read as is: inlined into its reader's kernel
+            return self._base(n)
         return self._apply(self._base(n), ch)
 
     def _base(self, n):

@@ -256,3 +256,58 @@ def assemble(shape, pieces, like) -> "lazy.LazyArray":
 
 def copy(src) -> "lazy.LazyArray":
     return _new("copy", (src,), None, src.shape, src.dtype, src.device)
+
+
+# ---- indexing ---------------------------------------------------------------------------------
+def _check_indices(op: str, shape, indices, axis: int, sizes) -> tuple:
+    """Index arrays: at least one, one shape, numeric, fitting axes [axis, axis + k)."""
+    indices = tuple(indices)
+    if not indices:
+        raise ShapeError(f"{op}: needs at least one index array")
+    k = len(indices)
+    if not isinstance(axis, int) or not 0 <= axis <= len(shape) - (0 if op == "scatter_add" else k):
+        raise AxisError(f"{op}: {k} index array(s) at axis {axis} do not fit shape {fmt_shape(shape)}")
+    ishape = indices[0].shape
+    for i in indices:
+        if i.shape != ishape:
+            raise ShapeError(f"{op}: index arrays differ in shape: "
+                             f"{', '.join(fmt_shape(x.shape) for x in indices)} (broadcast first)")
+        if i.dtype == "bool":
+            raise DTypeError(f"{op}: index arrays must be numbers, not bool (turn a mask into positions first)")
+    if math.prod(ishape) and any(n == 0 for n in sizes):
+        raise ShapeError(f"{op}: cannot index an empty axis (sizes {tuple(sizes)}) with {fmt_shape(ishape)} indices")
+    return indices
+
+
+def gather(src, indices, axis: int) -> "lazy.LazyArray":
+    """out[p, j, q] = src[p, i_0[j], ..., i_{k-1}[j], q]: k index arrays of one shape I
+    pick along axes [axis, axis + k); the result has shape src[:axis] + I + src[axis+k:].
+    Index values are read as integers; negative ones count from the end once, and the
+    kernels clamp the rest into range (reads never leave the array; frontends check
+    indices they know, so clamping only meets computed indices)."""
+    indices = tuple(indices)
+    k = len(indices)
+    _check_indices("gather", src.shape, indices, axis, src.shape[axis:axis + k])
+    _same_device("gather", (src,) + indices)
+    shape = src.shape[:axis] + indices[0].shape + src.shape[axis + k:]
+    return _new("gather", (src,) + indices, axis, shape, src.dtype, src.device)
+
+
+def scatter_add(values, indices, axis: int, sizes) -> "lazy.LazyArray":
+    """gather's adjoint: zeros of shape values[:axis] + sizes + values[axis+I.ndim:], with
+    out[p, i_0[j], ..., i_{k-1}[j], q] += values[p, j, q] (repeated indices add up;
+    indices are wrapped and clamped as in gather)."""
+    indices = tuple(indices)
+    sizes = tuple(int(n) for n in sizes)
+    _check_indices("scatter_add", values.shape, indices, axis, sizes)
+    if len(sizes) != len(indices):
+        raise ShapeError(f"scatter_add: {len(indices)} index arrays but {len(sizes)} output sizes {sizes}")
+    ishape = indices[0].shape
+    if values.shape[axis:axis + len(ishape)] != ishape:
+        raise ShapeError(f"scatter_add: values {fmt_shape(values.shape)} do not hold the index shape "
+                         f"{fmt_shape(ishape)} at axis {axis}")
+    if values.dtype == "bool":
+        raise DTypeError("scatter_add: cannot add bools; cast to a number type first")
+    _same_device("scatter_add", (values,) + indices)
+    shape = values.shape[:axis] + sizes + values.shape[axis + len(ishape):]
+    return _new("scatter_add", (values,) + indices, (axis, sizes), shape, values.dtype, values.device)

@@ -183,6 +183,40 @@ class LazyArray(Node, ArrayOperators):
             start += a.shape[axis]
         return build.assemble(tuple(shape), pieces, like=arrays[0])
 
+    def __setitem__(self, idxs, value) -> None:
+        """`out[idxs] = value` inside an op's compute(): a functional update.  This node
+        becomes where(written, value placed at idxs, its old value), the old value
+        moving to a new node, so the write is part of the graph like any op.  Basic
+        indices only (ints, slices, None, ...)."""
+        items = idxs if isinstance(idxs, tuple) else (idxs,)
+        if not all(i is None or i is Ellipsis or isinstance(i, slice) or
+                   (isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool)) for i in items):
+            raise IndexError(f"setitem on a lazy array takes ints, slices, None and ... (got {idxs!r}); for index "
+                             "arrays build the result with needle.ops.scatter_add / select on Tensors instead")
+        index, drop, new_axes = _basic_index(self.shape, idxs)
+        target = tuple(len(range(*ix)) for ix in index)
+        view_shape = _final_shape(target, drop, new_axes)
+        if _scalar(value):
+            make = build.const if value in _BAKED else build.param
+            value = make(value, view_shape, self.dtype, self.device)
+        elif isinstance(value, (LazyArray, NDArray)):
+            value = as_lazy(value)
+        else:
+            raise DTypeError(f"setitem: cannot store {type(value).__name__} in a lazy array")
+        if value.dtype != self.dtype:
+            value = build.cast(value, self.dtype)
+        value = value.broadcast_to(broadcast_shapes("setitem", value.shape, view_shape)) \
+            if value.shape != view_shape else value
+        if value.shape != view_shape:
+            raise ShapeError(f"setitem: value of shape {fmt_shape(value.shape)} does not fit the indexed "
+                             f"shape {fmt_shape(view_shape)} of {fmt_shape(self.shape)}")
+        old = LazyArray(self.op, self.srcs, self.arg, self.shape, self.dtype, self.device, self.origin)
+        placed = value.scatter(self.shape, idxs)
+        written = build.const(1, view_shape, self.dtype, self.device).scatter(self.shape, idxs)
+        written = build.elementwise("ne", written, build.const(0, self.shape, self.dtype, self.device))
+        new = build.elementwise("where", written, placed, old)
+        self.op, self.srcs, self.arg = new.op, new.srcs, new.arg
+
     # ---- data -------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         from ..runtime import realize_nodes

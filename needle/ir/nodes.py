@@ -11,6 +11,8 @@ Families (tinygrad-style: few primitives, every frontend op lowers to them):
 - matmul:      batched (..., m, k) @ (..., k, n) with equal batch shapes
 - assemble:    zeros of a shape with pieces written into basic-index slices
                (concatenate, stack, dilate and getitem's adjoint)
+- indexing:    gather (read at data-dependent indices: advanced indexing,
+               embeddings) and scatter_add (its adjoint: add values at them)
 - copy:        materialize a contiguous copy
 
 A node is immutable except for realization: once computed it turns into a
@@ -29,7 +31,8 @@ ELEMENTWISE = UNARY + BINARY + ("where", "cast")
 REDUCE = ("reduce_sum", "reduce_max")
 MOVEMENT = ("reshape", "permute", "expand", "pad", "shrink", "flip", "stride", "window", "as_strided")
 LOAD = ("buffer", "const", "param")
-OTHER = ("matmul", "assemble", "copy")
+INDEXING = ("gather", "scatter_add")
+OTHER = ("matmul", "assemble", "copy") + INDEXING
 ALL_OPS = LOAD + ELEMENTWISE + REDUCE + MOVEMENT + OTHER
 
 SHORT_DTYPE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "bool"}

@@ -42,6 +42,10 @@ def _eval(node, srcs):
         return np.array(srcs[0], copy=True)
     if op == "view":
         return _read_view(node.srcs[0], srcs[0], arg)
+    if op == "gather":
+        return K.gather(srcs[0], srcs[1:], arg)
+    if op == "scatter_add":
+        return K.scatter_add(srcs[0], srcs[1:], *arg)
     if op == "assemble":
         out = np.zeros(node.shape, dtype=np_dtype(node.dtype))
         for piece, index in zip(srcs, arg):

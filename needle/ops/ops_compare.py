@@ -1,0 +1,154 @@
+"""Comparisons, argmax/argmin and the everyday reductions built from primitives.
+
+Comparisons give float 0/1 in the operands' float dtype (int operands give
+float32), as constants: they have no gradient, like PyTorch's bool results.  A
+comparison's result is marked `is_comparison`, so indexing with it selects (a
+boolean mask) instead of gathering positions 0 and 1.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import array_api as A
+from ..autograd import Tensor, TensorOp
+from ..dtypes import FLOATS
+from ..errors import ShapeError, fmt_shape, normalize_axes
+from .ops_elementwise import astype
+from .ops_reduce import max as reduce_max
+from .ops_reduce import summation
+from .ops_shape import reshape
+
+_SYMBOL = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def _compare_arrays(op: str, a, b):
+    if A._np(a):
+        out = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+               "eq": np.equal, "ne": np.not_equal}[op](a, b)
+        return np.asarray(out).astype(a.dtype)
+    return {"lt": a.__lt__, "le": a.__le__, "gt": a.__gt__, "ge": a.__ge__, "eq": a.__eq__, "ne": a.__ne__}[op](b)
+
+
+class Compare(TensorOp):
+    """a <op> b elementwise (b a tensor or a scalar), 1 or 0 in a's dtype."""
+
+    def __init__(self, op: str, scalar=None):
+        self.op = op
+        self.scalar = scalar
+
+    @property
+    def name(self) -> str:
+        return self.op
+
+    def compute(self, a, b=None):
+        return _compare_arrays(self.op, a, self.scalar if b is None else b)
+
+    def gradient(self, out_grad, node):
+        return tuple(None for _ in node.inputs)
+
+
+def _float(t: Tensor) -> Tensor:
+    return t if t.dtype in FLOATS else astype(t, "float32")
+
+
+def compare(op: str, a: Tensor, b) -> Tensor:
+    """`a <op> b` for op in lt le gt ge eq ne: a constant float 0/1 tensor."""
+    a = Tensor.make_const(_float(a)._cached_data)
+    if isinstance(b, (numbers.Number, np.generic)) and not isinstance(b, bool):
+        out = Compare(op, b)(a)
+    else:
+        if not isinstance(b, Tensor):
+            b = Tensor(np.asarray(b), device=a.device, dtype=a.dtype, requires_grad=False)
+        b = Tensor.make_const(b._cached_data)
+        if b.dtype != a.dtype:
+            b = astype(b, a.dtype)
+        out = Compare(op)(a, b)
+    out.is_comparison = True
+    return out
+
+
+# ---- argmax / argmin ------------------------------------------------------------------------
+class ArgMax(TensorOp):
+    """Position of the first maximum along `axis` (None: of the flattened tensor), as
+    int64.  Built from primitives: n - max(eq * (n - position)) where eq marks the
+    maxima (and NaNs, which numpy's argmax reports first)."""
+
+    def __init__(self, axis=None, keepdims: bool = False):
+        self.axis = axis
+        self.keepdims = keepdims
+
+    def compute(self, a):
+        if self.axis is None:
+            a = A.reshape(a, (int(np.prod(a.shape)),))
+            axis = 0
+        else:
+            axis = normalize_axes("argmax", self.axis, a.ndim, a.shape)[0]
+        n = a.shape[axis]
+        if n == 0:
+            raise ShapeError(f"argmax: cannot reduce over empty axis {axis} of shape {fmt_shape(a.shape)}")
+        m = A.broadcast_to(A.amax(a, axis=axis, keepdims=True), a.shape)
+        hit = _compare_arrays("eq", a, m) + _compare_arrays("ne", a, a)
+        shape = [1] * a.ndim
+        shape[axis] = n
+        rank = np.arange(n, 0, -1, dtype=np.dtype(str(a.dtype))).reshape(shape)
+        rank = _like(a, np.broadcast_to(rank, a.shape))
+        best = A.amax(hit * rank, axis=axis, keepdims=self.keepdims and self.axis is not None)
+        return A.astype(n - best, "int64")
+
+    def gradient(self, out_grad, node):
+        return (None,)
+
+
+def _like(a, array: np.ndarray):
+    """A host constant in `a`'s array type (numpy, NDArray, or a lazy buffer)."""
+    if A._np(a):
+        return array
+    from ..backend_ndarray.ndarray import NDArray
+    out = NDArray(np.ascontiguousarray(array), device=a.device, dtype=a.dtype)
+    if getattr(a, "is_lazy", False):
+        from ..ir.lazy import as_lazy
+        return as_lazy(out)
+    return out
+
+
+def argmax(a: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    return ArgMax(axis, keepdims)(Tensor.make_const(_float(a)._cached_data))
+
+
+def argmin(a: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    return ArgMax(axis, keepdims)(Tensor.make_const((-_float(a))._cached_data))
+
+
+# ---- reductions -------------------------------------------------------------------------------
+def amin(a: Tensor, axes=None, keepdims: bool = False) -> Tensor:
+    """Minimum over axes: -max(-a) (the gradient is shared among tied minima)."""
+    return -reduce_max(-a, axes, keepdims=keepdims)
+
+
+def var(a: Tensor, axes=None, keepdims: bool = False, correction: int = 1) -> Tensor:
+    """Variance over axes, unbiased by default (divides by N - correction, as PyTorch)."""
+    axes_t = normalize_axes("var", axes, len(a.shape), a.shape)
+    count = int(np.prod([a.shape[i] for i in axes_t])) if axes_t else 1
+    kept = tuple(1 if i in axes_t else s for i, s in enumerate(a.shape))
+    mean = reshape(summation(a, axes_t, keepdims=True) / max(count, 1), kept)
+    centered = a - mean.broadcast_to(a.shape)
+    squares = summation(centered * centered, axes_t, keepdims=keepdims)
+    if count - correction <= 0:  # PyTorch gives nan (and warns) for too few elements
+        return squares * float("nan")
+    return squares / (count - correction)
+
+
+class Abs(TensorOp):
+    def compute(self, a):
+        return np.abs(a) if A._np(a) else a.abs()
+
+    def gradient(self, out_grad, node):
+        a = node.inputs[0]
+        sign = compare("gt", a, 0) - compare("lt", a, 0)
+        return out_grad * astype(sign, out_grad.dtype)
+
+
+def absolute(a: Tensor) -> Tensor:
+    return Abs()(a)

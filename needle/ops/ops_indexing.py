@@ -1,0 +1,296 @@
+"""Advanced indexing: the gather and scatter_add ops, and numpy-style indexing
+(integer arrays, lists, Tensors, boolean masks) lowered onto them.
+
+`a[idx]` applies the basic part of the index (slices, None, ...) as a view, moves
+the indexed axes together and gathers along them, so the result is one gather
+node that fuses into its reader's kernel like any elementwise op; its gradient is
+a scatter_add, and scatter_add's is a gather.  Index values that needle can see
+(lists, numpy arrays, boolean masks) are checked here, with errors naming the op
+and the shapes; values computed on the device (a Tensor) are never read back, and
+the kernels clamp them into range, so no index ever reads or writes out of bounds.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import array_api as A
+from ..autograd import Tensor, TensorOp
+from ..backend_ndarray import numpy_kernels as NK
+from ..dtypes import np_dtype
+from ..errors import DTypeError, IndexingError, ShapeError, fmt_shape
+from .ops_movement import getitem
+from .ops_shape import permute, reshape
+from .ops_reduce import broadcast_to
+
+
+def _build():
+    from ..ir import build
+    return build
+
+
+def _run(op: str, make_node, numpy_fn, first, arrays):
+    """One indexing primitive on any array type: numpy (the np backend), a lazy array
+    (records the node), or an NDArray (a compiled kernel, or numpy on cpu_numpy())."""
+    if A._np(first):
+        return numpy_fn(first, [np.asarray(i) for i in arrays])
+    if getattr(first, "is_lazy", False) or any(getattr(i, "is_lazy", False) for i in arrays):
+        from ..ir.lazy import as_lazy
+        return make_node(as_lazy(first), [as_lazy(i) for i in arrays])
+    device = first.device
+    if hasattr(device, "_kernel"):
+        return device._kernel(lambda x, *ix: make_node(x, ix), first, *arrays)
+    return device.wrap(numpy_fn(device.numpy_view(first), [device.numpy_view(i) for i in arrays]))
+
+
+class Gather(TensorOp):
+    """out[p, j, q] = a[p, i_0[j], ..., i_{k-1}[j], q]: index arrays of one shape pick
+    along axes [axis, axis + k) of `a`.  Inputs: (a, i_0, ..., i_{k-1})."""
+
+    def __init__(self, axis: int):
+        self.axis = axis
+
+    def compute(self, a, *indices):
+        return _run("gather", lambda x, ix: _build().gather(x, ix, self.axis),
+                    lambda x, ix: NK.gather(x, ix, self.axis), a, indices)
+
+    def gradient(self, out_grad, node):
+        a, indices = node.inputs[0], tuple(node.inputs[1:])
+        sizes = a.shape[self.axis:self.axis + len(indices)]
+        return (scatter_add(out_grad, indices, self.axis, sizes),) + (None,) * len(indices)
+
+
+class ScatterAdd(TensorOp):
+    """Zeros of shape values[:axis] + sizes + values[axis + I.ndim:] with
+    out[p, i_0[j], ..., q] += values[p, j, q] (gather's adjoint)."""
+
+    def __init__(self, axis: int, sizes):
+        self.axis = axis
+        self.sizes = tuple(int(n) for n in sizes)
+
+    def compute(self, values, *indices):
+        return _run("scatter_add", lambda x, ix: _build().scatter_add(x, ix, self.axis, self.sizes),
+                    lambda x, ix: NK.scatter_add(x, ix, self.axis, self.sizes), values, indices)
+
+    def gradient(self, out_grad, node):
+        indices = tuple(node.inputs[1:])
+        return (gather(out_grad, indices, self.axis),) + (None,) * len(indices)
+
+
+def _index_tensor(i, device, op: str, size=None) -> Tensor:
+    """An index array as a constant Tensor: a Tensor is used as is (never read back);
+    host data (list, numpy) is checked against `size` and made non-negative."""
+    if isinstance(i, Tensor):
+        return Tensor.make_const(i._cached_data)
+    arr = np.asarray(i.numpy() if hasattr(i, "numpy") else i)
+    if arr.size == 0:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise IndexingError(f"{op}: index arrays must hold integers, got {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if size is not None and arr.size:
+        bad = (arr < -size) | (arr >= size)
+        if bad.any():
+            raise IndexingError(f"{op}: index {int(arr[bad].flat[0])} is out of bounds for an axis of size {size}")
+        arr = np.where(arr < 0, arr + size, arr)
+    return Tensor(arr, device=device, dtype="int64", requires_grad=False)
+
+
+def gather(a: Tensor, indices, axis: int = 0) -> Tensor:
+    """a gathered along axes [axis, axis + k) by k index arrays (Tensors, lists or
+    numpy arrays) of one shape, passed as a tuple (or one array for k = 1, which is
+    `np.take(a, indices, axis)`)."""
+    if not isinstance(indices, tuple):
+        indices = (indices,)
+    if not isinstance(axis, numbers.Integral) or not 0 <= axis <= len(a.shape) - len(indices):
+        raise IndexingError(f"gather: {len(indices)} index array(s) at axis {axis} do not fit shape {fmt_shape(a.shape)}")
+    ix = [_index_tensor(i, a.device, "gather", a.shape[axis + d]) for d, i in enumerate(indices)]
+    return Gather(int(axis))(a, *ix)
+
+
+def scatter_add(values: Tensor, indices, axis: int, sizes) -> Tensor:
+    """Zeros of shape values[:axis] + sizes + values[axis + I.ndim:] plus `values`
+    added at the positions the index arrays (a tuple, or one array) name."""
+    if not isinstance(indices, tuple):
+        indices = (indices,)
+    sizes = tuple(sizes)
+    ix = [_index_tensor(i, values.device, "scatter_add", n) for i, n in zip(indices, sizes)]
+    return ScatterAdd(axis, sizes)(values, *ix)
+
+
+class Select(TensorOp):
+    """`a` where the constant `mask` is nonzero, else `b` (setitem's functional form)."""
+
+    def compute(self, mask, a, b):
+        if A._np(mask):
+            return np.where(mask != 0, a, b).astype(a.dtype)
+        return mask.where(a, b)
+
+    def gradient(self, out_grad, node):
+        mask = node.inputs[0]
+        return None, out_grad * mask, out_grad * (1 - mask)
+
+
+def select(mask, a, b) -> Tensor:
+    return Select()(mask, a, b)
+
+
+# ---- numpy-style index lowering --------------------------------------------------------------
+def _is_basic(i) -> bool:
+    return i is None or i is Ellipsis or isinstance(i, slice) or \
+        (isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, (bool, np.bool_)))
+
+
+def is_mask(i) -> bool:
+    """A boolean index: bool data, or a Tensor made by a comparison (float 0/1)."""
+    if isinstance(i, Tensor):
+        return i.dtype == "bool" or getattr(i, "is_comparison", False)
+    return not _is_basic(i) and np.asarray(i).dtype == np.bool_
+
+
+def _host_mask(i) -> np.ndarray:
+    return np.asarray(i.numpy() if hasattr(i, "numpy") else i) != 0
+
+
+def _expand(shape, items, op: str) -> list:
+    """Items per axis: None, a slice, or ("array", data, axis); masks become their
+    nonzero positions (one array per mask axis), ellipsis becomes slices."""
+    for i in items:
+        if isinstance(i, (bool, np.bool_)):
+            raise IndexingError(f"{op}: a bare True/False index is not supported (shape {fmt_shape(shape)})")
+    items = [_host_mask(i) if is_mask(i) else i for i in items]  # a mask's shape needs its data
+    n_used = sum(i.ndim if isinstance(i, np.ndarray) and i.dtype == np.bool_ else 0 if i is None or i is Ellipsis
+                 else 1 for i in items)
+    if sum(1 for i in items if i is Ellipsis) > 1:
+        raise IndexingError(f"{op}: an index can have only one ellipsis (...), shape {fmt_shape(shape)}")
+    if n_used > len(shape):
+        raise IndexingError(f"{op}: too many indices ({n_used}) for shape {fmt_shape(shape)}")
+    out, axis = [], 0
+    for i in items:
+        if i is Ellipsis:
+            out.extend([slice(None)] * (len(shape) - n_used))
+            axis += len(shape) - n_used
+        elif i is None or isinstance(i, slice):
+            out.append(i)
+            axis += i is not None
+        elif is_mask(i):
+            mask = _host_mask(i)
+            if mask.shape != tuple(shape[axis:axis + mask.ndim]):
+                raise IndexingError(f"{op}: boolean mask of shape {fmt_shape(mask.shape)} does not match axes "
+                                    f"{axis}..{axis + mask.ndim - 1} of shape {fmt_shape(shape)}")
+            out.extend(("array", pos, axis + d) for d, pos in enumerate(np.nonzero(mask)))
+            axis += mask.ndim
+        else:
+            out.append(("array", i, axis))
+            axis += 1
+    out.extend([slice(None)] * (len(shape) - axis))
+    return out
+
+
+def index(a: Tensor, idxs) -> Tensor:
+    """a[idxs] with numpy's rules: basic indices make a view; integer arrays, lists,
+    Tensors and boolean masks gather (the result's advanced dims sit where the first
+    index array was when the arrays are adjacent, else first)."""
+    items = idxs if isinstance(idxs, tuple) else (idxs,)
+    if all(_is_basic(i) for i in items):
+        return getitem(a, idxs)
+    entries = _expand(a.shape, items, "getitem")
+    basic, arrays, positions, where = [], [], [], []
+    out_axis = 0
+    for k, e in enumerate(entries):
+        if isinstance(e, tuple):
+            basic.append(slice(None))
+            arrays.append((e[1], a.shape[e[2]]))
+            positions.append(out_axis)
+            where.append(k)
+        else:
+            basic.append(e)
+        out_axis += 1
+    b = a if all(isinstance(e, slice) and e == slice(None) for e in basic) else getitem(a, tuple(basic))
+    adjacent = where == list(range(where[0], where[0] + len(where)))
+    if adjacent:
+        axis = positions[0]
+    else:  # numpy puts the broadcast index dims first
+        rest = [d for d in range(len(b.shape)) if d not in positions]
+        b, axis = permute(b, tuple(positions + rest)), 0
+    ix = [_index_tensor(data, a.device, "getitem", n) for data, n in arrays]
+    try:
+        ishape = np.broadcast_shapes(*[i.shape for i in ix])
+    except ValueError:
+        raise IndexingError("getitem: index arrays of shapes " + ", ".join(fmt_shape(i.shape) for i in ix)
+                            + f" cannot be broadcast together (tensor shape {fmt_shape(a.shape)})") from None
+    ix = [i if i.shape == ishape else broadcast_to(i, ishape) for i in ix]
+    return Gather(axis)(b, *ix)
+
+
+def _flat_positions(shape, idxs) -> np.ndarray:
+    """The row-major position of every element `x[idxs]` selects, by numpy's own
+    indexing rules (read on a broadcast view, so no array of the full size is made)."""
+    strides = np.cumprod((1,) + tuple(shape[::-1]))[::-1][1:] if shape else ()
+    total = np.zeros((), dtype=np.int64)
+    if not shape:
+        return np.broadcast_to(total, ())[idxs]
+    parts = []
+    for d, (n, st) in enumerate(zip(shape, strides)):
+        axis_pos = (np.arange(n, dtype=np.int64) * st).reshape([-1 if j == d else 1 for j in range(len(shape))])
+        parts.append(np.broadcast_to(axis_pos, shape)[idxs])
+    return sum(parts[1:], parts[0])
+
+
+def _host_index(idxs):
+    items = idxs if isinstance(idxs, tuple) else (idxs,)
+    out = []
+    for i in items:
+        if _is_basic(i):
+            out.append(i)
+        elif is_mask(i):
+            out.append(_host_mask(i))
+        else:
+            arr = np.asarray(i.numpy() if hasattr(i, "numpy") else i)
+            if arr.size == 0:
+                arr = arr.astype(np.int64)
+            if arr.dtype.kind == "f" and isinstance(i, Tensor) and np.all(arr == np.round(arr)):
+                arr = arr.astype(np.int64)
+            out.append(arr)
+    return tuple(out)
+
+
+def setitem(a: Tensor, idxs, value) -> Tensor:
+    """The functional form of `a[idxs] = value`: a new Tensor equal to `a` except at
+    the indexed positions, which hold `value` (broadcast; for a position indexed
+    twice the last value wins, as in numpy).  Differentiable in `a` and `value`."""
+    try:
+        positions = _flat_positions(a.shape, _host_index(idxs))
+    except IndexError as e:
+        raise IndexingError(f"setitem: {e} (tensor shape {fmt_shape(a.shape)})") from None
+    target = positions.shape
+    if not isinstance(value, Tensor):
+        try:
+            value = Tensor(np.asarray(value, dtype=np_dtype(a.dtype)), device=a.device, dtype=a.dtype,
+                           requires_grad=False)
+        except (TypeError, ValueError):
+            raise DTypeError(f"setitem: cannot store {type(value).__name__} in a {a.dtype} tensor") from None
+    try:
+        if np.broadcast_shapes(value.shape, target) != target:
+            raise ValueError
+    except ValueError:
+        raise ShapeError(f"setitem: value of shape {fmt_shape(value.shape)} cannot be broadcast to the "
+                         f"indexed shape {fmt_shape(target)} of tensor {fmt_shape(a.shape)}") from None
+    if value.dtype != a.dtype:
+        value = value.astype(a.dtype)
+    flat_pos = positions.reshape(-1)
+    if flat_pos.size == 0:
+        return a
+    # last occurrence of each position wins (numpy's assignment order)
+    unique, first_from_end = np.unique(flat_pos[::-1], return_index=True)
+    last = flat_pos.size - 1 - first_from_end
+    flat_value = reshape(broadcast_to(value, target) if value.shape != target else value, (flat_pos.size,))
+    if unique.size != flat_pos.size or not np.array_equal(last, np.arange(flat_pos.size)):
+        flat_value = gather(flat_value, last, 0)
+    size = int(np.prod(a.shape))
+    placed = reshape(scatter_add(flat_value, unique, 0, (size,)), a.shape)
+    mask = np.zeros(size, dtype=np_dtype(a.dtype))
+    mask[unique] = 1
+    mask = Tensor(mask.reshape(a.shape), device=a.device, dtype=a.dtype, requires_grad=False)
+    return select(mask, placed, a)
