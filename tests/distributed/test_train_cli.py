@@ -64,3 +64,16 @@ def test_global_batch_must_split_evenly(tmp_path):
     proc = train_cli(data, 2, "--batch-size", "63")
     assert proc.returncode != 0
     assert "--batch-size 63 is the global batch: it must be a multiple of the 2 processes" in proc.stderr
+
+
+def test_example_script_under_two_ranks(tmp_path):
+    data = write_idx_dir(tmp_path)
+    command = [mpiexec(), "-n", "2", sys.executable, os.path.join(ROOT, "examples", "train_distributed.py"),
+               "--data", data, "--epochs", "2", "--batch-size", "32", "--limit", "256"]
+    proc = subprocess.run(command, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("epoch 1/2: mean loss") and lines[0].endswith("over 256 examples on 2 processes")
+    losses = [float(line.split("mean loss ")[1].split()[0]) for line in lines[:2]]
+    assert losses[1] < losses[0]
+    assert lines[2] == "weights identical on every rank: True" and len(lines) == 3
