@@ -193,6 +193,16 @@ class Value:
         return value
 
 
+def _outlives_step(value: "Value") -> "Value":
+    """Lazy mode: `value` is state that outlives the graph it was built in (a detached
+    tensor, `.data`, module or optimizer state); have its pending data computed with
+    the next schedule that runs, so that later steps start from a buffer instead of
+    extending (and recomputing) this step's graph."""
+    if LAZY_MODE:
+        from .runtime import realize_later
+        realize_later(value)
+    return value
+
 
 def _realize(nodes) -> None:
     from .runtime import realize_nodes
@@ -233,7 +243,7 @@ class TensorTuple(Value):
         return ops.make_tuple(*[self[i] + other[i] for i in range(len(self))])
 
     def detach(self) -> "TensorTuple":
-        return TensorTuple.make_const(self._cached_data)
+        return _outlives_step(TensorTuple.make_const(self._cached_data))
 
     @property
     def device(self):
@@ -260,6 +270,8 @@ class Tensor(TensorMethods, Value):
             dtype = None if dtype is None and BACKEND == "np" else dtype_name(dtype)
             cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
         self._init(None, [], cached_data=cached_data, requires_grad=requires_grad)
+        if isinstance(array, Tensor):
+            _outlives_step(self)  # hw1-style `W = Tensor(W - lr * W.grad)` must not chain steps
 
     @staticmethod
     def _array_from_numpy(numpy_array, device, dtype):
@@ -287,10 +299,13 @@ class Tensor(TensorMethods, Value):
         if value.dtype != self.dtype:
             raise DTypeError(f"Tensor.data: dtype {value.dtype} differs from the tensor's {self.dtype}")
         self._cached_data = value._cached_data
+        _outlives_step(self)
 
     def detach(self) -> "Tensor":
-        """A new leaf sharing this tensor's data (pending or realized), cut from the graph."""
-        return Tensor.make_const(self._cached_data)
+        """A new leaf sharing this tensor's data (pending or realized), cut from the graph.
+        Pending data is computed with the next schedule (if the tensor is alive then), so
+        a hidden state carried across truncated-BPTT segments does not drag them along."""
+        return _outlives_step(Tensor.make_const(self._cached_data))
 
     @property
     def shape(self) -> tuple:
@@ -374,7 +389,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
                          f"the tensor's {fmt_shape(output_tensor.shape)}")
     if LAZY_MODE and is_pending(output_tensor._cached_data):
         from .runtime import realize_later
-        realize_later(output_tensor._cached_data)  # computed with the next schedule (the step)
+        realize_later(output_tensor)  # computed with the next schedule (the step)
     node_to_output_grads_list = {output_tensor: [out_grad]}
     for node in reversed(find_topo_sort([output_tensor])):
         grads = node_to_output_grads_list.pop(node, None)
@@ -383,6 +398,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         adjoint = sum_node_list(grads)
         node.grad = adjoint
         if node.op is None:
+            _outlives_step(adjoint)  # computed with the next schedule, loss read or step
             continue
         _check_versions(node)
         for i, (inp, grad) in enumerate(zip(node.inputs, node.op.gradient_as_tuple(adjoint, node))):
@@ -432,7 +448,6 @@ def assign_functional(tensor: Tensor, update) -> None:
         tensor.op, tensor.inputs, tensor.requires_grad = new.op, new.inputs, new.requires_grad
         tensor._saved_versions = new._saved_versions
     tensor._version += 1
-
 
 
 def find_topo_sort(node_list: List[Value]) -> List[Value]:

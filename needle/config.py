@@ -36,3 +36,14 @@ CACHE_DIR = os.environ.get("NEEDLE_CACHE_DIR") or os.path.join(
     os.path.expanduser("~"), ".cache", "needle")
 #: bounds-checked code generation: every load/store checks its index and traps.
 BOUNDS_CHECK = _int("NEEDLE_BOUNDS_CHECK", 0) != 0
+
+# ---- bounds of the in-memory caches (least recently used out first; evictions in stats())
+#: compiled schedules (one per graph structure seen), by count and by estimated bytes.
+SCHEDULE_CACHE_SIZE = max(1, _int("NEEDLE_SCHEDULE_CACHE_SIZE", 256))
+SCHEDULE_CACHE_BYTES = max(1, _int("NEEDLE_SCHEDULE_CACHE_BYTES", 256 << 20))
+#: compiled kernels (CPU object code, CUDA modules), by count and by code bytes.
+KERNEL_CACHE_SIZE = max(1, _int("NEEDLE_KERNEL_CACHE_SIZE", 2048))
+KERNEL_CACHE_BYTES = max(1, _int("NEEDLE_KERNEL_CACHE_BYTES", 256 << 20))
+#: idle buffers kept for reuse by the host and device buffer pools, by count and bytes.
+POOL_BUFFERS = max(0, _int("NEEDLE_POOL_BUFFERS", 1024))
+POOL_BYTES = max(0, _int("NEEDLE_POOL_BYTES", 1 << 30))

@@ -68,9 +68,10 @@ def structure(outputs):
     return tuple(key), leaves, leaf_ids, scalars, scalar_ids
 
 
-def plan(outputs, target: str = "cpu") -> tuple:
-    """Run the passes on the graph of `outputs`: (Schedule, FusedGraph)."""
-    leaves, leaf_ids, scalars, scalar_ids = graph_inputs(outputs)
+def plan(outputs, target: str = "cpu", signature=None) -> tuple:
+    """Run the passes on the graph of `outputs`: (Schedule, FusedGraph).
+    `signature` is `structure(outputs)` when the caller has it already."""
+    _, leaves, leaf_ids, scalars, scalar_ids = signature or structure(outputs)
     fused = fuse(fold_views(outputs))
     slot_of_node = {}
     slot_kinds = {i: ("leaf", i) for i in range(len(leaves))}

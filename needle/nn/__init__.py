@@ -10,6 +10,7 @@ from .nn_basic import (BatchNorm1d, BatchNorm2d, CrossEntropyLoss, Dropout, Flat
 from .nn_conv import Conv, MaxPool2d
 from .nn_sequence import LSTM, RNN, Embedding, LSTMCell, RNNCell
 from .nn_transformer import AttentionLayer, MultiHeadAttention, Transformer, TransformerLayer
+from . import utils
 
 __all__ = ["Module", "Parameter", "StateDictKeyError", "Identity", "Linear", "Flatten", "ReLU", "Tanh",
            "Sigmoid", "Softmax", "Sequential", "Residual", "SoftmaxLoss", "CrossEntropyLoss", "MSELoss",

@@ -43,16 +43,6 @@ def as_row(t: Tensor, like: Tensor) -> Tensor:
     return t.reshape(shape).broadcast_to(like.shape)
 
 
-def compute_with_next_schedule(*tensors: Tensor) -> None:
-    """Lazy mode: state such as running statistics is not part of the loss graph, so
-    nothing would ever realize it, and each step's pending update would keep every
-    earlier one (and its input batch) alive.  Ask the runtime to compute it along with
-    whatever is realized next (no extra schedule; a no-op when eager)."""
-    from ..runtime import realize_later
-    for t in tensors:
-        realize_later(t)
-
-
 class Identity(Module):
     def forward(self, x: Tensor) -> Tensor:
         return x
@@ -203,9 +193,9 @@ class BatchNorm1d(Module):
             centered = x - as_row(mean, x)
             var = (centered * centered).sum((0,)) / batch
             m = self.momentum
+            # module attributes: computed with the next schedule (Module.__setattr__)
             self.running_mean = self.running_mean * (1 - m) + mean.detach() * m
             self.running_var = self.running_var * (1 - m) + var.detach() * m
-            compute_with_next_schedule(self.running_mean, self.running_var)
         else:
             centered = x - as_row(self.running_mean, x)
             var = self.running_var

@@ -12,7 +12,9 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 
+from .. import autograd
 from ..autograd import Tensor
+from ..runtime import realize_later
 from ..errors import NeedleError, ShapeError, fmt_shape
 
 
@@ -69,6 +71,14 @@ class Module:
 
     def __init__(self) -> None:
         self.training = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # State stored on a module (running statistics, a cached hidden state) outlives
+        # the step that built it: in lazy mode it is computed with the next schedule,
+        # so the next step reads a buffer instead of extending this step's graph.
+        if isinstance(value, Tensor) and autograd.LAZY_MODE:
+            realize_later(value)
+        object.__setattr__(self, name, value)
 
     # ---- tree walking -------------------------------------------------------------------
     def _named_tensors(self, prefix: str, seen: set, buffers: bool) -> Iterator[Tuple[str, Tensor]]:

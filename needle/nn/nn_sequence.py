@@ -15,6 +15,7 @@ from .. import init, ops
 from ..autograd import Tensor
 from ..errors import ArgumentError, ShapeError, fmt_shape
 from .nn_basic import check_features, check_ndim, optional_bias
+from ..runtime import realize_later
 from .nn_module import Module, Parameter
 
 _NONLINEARITIES = {"tanh": ops.tanh, "relu": ops.relu}
@@ -157,7 +158,7 @@ class RNN(_Recurrent):
                 h = cell(x_t, h)
                 inputs[t] = h
             h_n.append(h)
-        return ops.stack(inputs, 0), ops.stack(h_n, 0)
+        return ops.stack(inputs, 0), _carried_state(ops.stack(h_n, 0))
 
 
 class LSTM(_Recurrent):
@@ -187,4 +188,13 @@ class LSTM(_Recurrent):
                 inputs[t] = h_t
             h_n.append(h_t)
             c_n.append(c_t)
-        return ops.stack(inputs, 0), (ops.stack(h_n, 0), ops.stack(c_n, 0))
+        return ops.stack(inputs, 0), (_carried_state(ops.stack(h_n, 0)), _carried_state(ops.stack(c_n, 0)))
+
+
+def _carried_state(h: Tensor) -> Tensor:
+    """The final hidden state is usually carried (detached) into the next truncated-BPTT
+    segment.  In lazy mode have it computed with the step's schedule, if it is still
+    alive then, so that detaching it after `opt.step()` finds a buffer instead of
+    recomputing this segment's forward pass with the next step."""
+    realize_later(h)
+    return h

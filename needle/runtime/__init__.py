@@ -11,45 +11,71 @@ import weakref
 from .counters import add, reset_stats, stats  # noqa: F401
 
 class _Later(threading.local):
-    """Nodes worth computing with the next schedule if they are still alive
-    (backward() registers the loss, so `loss.backward(); opt.step(); loss.numpy()`
-    computes the loss with the step instead of running the forward pass again).
-    Per thread: a thread's pending loss must not be realized by another thread
-    while that one is still building its step."""
+    """State worth computing with the next schedule, if it is still alive then.
+
+    An insertion-ordered map id -> weak reference (to a Tensor, or to a lazy node),
+    so the outputs of a step's schedule come in the same order every step and its
+    structure key, hence the schedule cache, hits.  (A WeakSet iterates in hash
+    order, which changes from step to step.)  An entry leaves the map when its
+    object dies.  Per thread: a thread's pending loss must not be realized by
+    another thread while that one is still building its step.
+    """
 
     def __init__(self):
-        self.nodes = weakref.WeakSet()
+        self.refs = {}
 
 
 _later = _Later()
 
 
 def realize_later(value) -> None:
-    """Compute `value` (a Tensor or a lazy node) with the next schedule, if it is
-    still alive then.  For state that no output depends on but that must not pile
-    up pending work (BatchNorm running statistics, the loss after backward)."""
+    """Compute `value` (a Tensor, a TensorTuple or a lazy node) with the next
+    schedule, if it is still alive then.  For state that outlives its step but
+    that no output depends on (running statistics, a detached hidden state, the
+    loss and the gradients after backward), so that it never stays pending and
+    never keeps earlier steps' graphs alive."""
     data = getattr(value, "_cached_data", value)
     for node in (data if isinstance(data, tuple) else (data,)):
         if getattr(node, "is_lazy", False) and node.realized is None:
-            _later.nodes.add(node)
+            break
+    else:
+        return
+    refs = _later.refs
+    key = id(value)
+    if key not in refs:
+        refs[key] = weakref.ref(value, lambda _, key=key, refs=refs: refs.pop(key, None))
 
 
 def forget_later() -> None:
     """Drop this thread's realize_later requests (for code that only inspects graphs)."""
-    _later.nodes.clear()
+    _later.refs.clear()
+
+
+def _later_nodes() -> list:
+    """The pending nodes of this thread's live realize_later requests, in order
+    (and the requests dropped: the next schedule computes them)."""
+    refs = _later.refs
+    if not refs:
+        return []
+    nodes = []
+    for ref in list(refs.values()):
+        value = ref()
+        data = getattr(value, "_cached_data", value)
+        for node in (data if isinstance(data, tuple) else (data,)):
+            if getattr(node, "is_lazy", False) and node.realized is None:
+                nodes.append(node)
+    refs.clear()
+    return nodes
 
 
 def realize_nodes(nodes) -> None:
-    """Compute every pending node in `nodes` (one schedule per device)."""
+    """Compute every pending node in `nodes`, and the live realize_later state,
+    with one schedule per device."""
     wanted, seen = [], set()
-    later = _later.nodes
-    extra = list(later) if later else ()
-    for n in list(nodes) + list(extra):
+    for n in list(nodes) + _later_nodes():
         if n.realized is None and id(n) not in seen:
             seen.add(id(n))
             wanted.append(n)
-    if extra:
-        later.clear()
     by_device = {}
     for n in wanted:
         by_device.setdefault(n.device, []).append(n)

@@ -11,6 +11,9 @@ _ZERO = {
     "compile_seconds": 0.0,  # time spent compiling kernels
     "run_seconds": 0.0,      # time spent running kernels
     "schedule_seconds": 0.0,  # time spent lowering graphs and running the passes
+    "schedule_evictions": 0,  # compiled schedules dropped by the bounded cache (config.SCHEDULE_CACHE_*)
+    "kernel_evictions": 0,   # compiled kernels dropped by the bounded cache (config.KERNEL_CACHE_*)
+    "pool_evictions": 0,     # idle buffers freed by the bounded pools (config.POOL_*)
 }
 
 COUNTERS = dict(_ZERO)

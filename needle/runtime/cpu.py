@@ -30,6 +30,8 @@ KERNEL_TIMER = None
 #: below this many elements of work per thread a kernel runs on one thread
 #: (a GOMP round trip costs about a microsecond; tiny kernels do not gain)
 MIN_WORK_PER_THREAD = 1 << 18
+#: bytes a cached schedule holds per kernel call (kernel IR, call tables), for the cache bound
+_SCHEDULE_OVERHEAD = 4096
 
 
 
@@ -38,7 +40,7 @@ class CompiledSchedule:
 
     def __init__(self, schedule: "Schedule"):
         self.schedule = schedule
-        self.kernels = [jit.compile_kernel(c.kernel) for c in schedule.calls]
+        self.kernels = jit.compile_kernels([c.kernel for c in schedule.calls])
         self.n_slots = 1 + max([s for c in schedule.calls for s in c.slots] +
                                [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
         width = max([len(c.slots) for c in schedule.calls] + [1])
@@ -52,6 +54,8 @@ class CompiledSchedule:
         self.outputs = [(slot, shape, np_dtype(dtype), math.prod(shape)) for slot, shape, dtype in schedule.outputs]
         self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
+        #: what this entry holds in memory, roughly (the schedule cache's byte bound)
+        self.nbytes = _SCHEDULE_OVERHEAD * (1 + len(schedule.calls)) + self.slot_matrix.nbytes + self.param_matrix.nbytes
         threads = config.THREADS
         self.threaded = [threads > 1 and k.omp_address and c.kernel.parallel is not None and
                          c.kernel.parallel[1] > 1 and c.kernel.work >= MIN_WORK_PER_THREAD * 2

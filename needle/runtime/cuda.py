@@ -31,6 +31,7 @@ from .. import config
 from ..dtypes import itemsize
 from ..errors import BoundsError, CompileError, DeviceError
 from . import counters, disk_cache, schedules
+from .lru import LRUCache
 from .schedules import ScheduleCache
 from .cuda_memory import (POOL, DeviceBuffer, DevicePool, FlatAccess, HostView, assign,  # noqa: F401
                           from_numpy, to_numpy)
@@ -40,7 +41,9 @@ _lock = threading.RLock()
 #: `timer(compiled_schedule, call_index, start, seconds)` after each launch (GPU time
 #: from CUDA events), or None; set by needle.profiler only while a profile is active
 KERNEL_TIMER = None
-_modules = {}
+#: loaded modules and prepared functions, bounded like the CPU kernel cache
+_modules = LRUCache("kernel", lambda: (config.KERNEL_CACHE_SIZE, config.KERNEL_CACHE_BYTES),
+                    lambda module: 64 << 10)
 
 
 # ---- availability and the context ------------------------------------------------------------
@@ -141,7 +144,7 @@ def load_module(source: str, n_kernels: int = 1):
         if config.CACHE:
             disk_cache.store(key, cubin)
     module = s["drv"].module_from_buffer(cubin)
-    _modules[key] = module
+    _modules.put(key, module)
     return module
 
 
@@ -152,7 +155,7 @@ def function(source: str, name: str, arg_format: str):
     if fn is None:
         fn = load_module(source).get_function(name)
         fn.prepare(arg_format)
-        _modules[key] = fn
+        _modules.put(key, fn)
     return fn
 
 
@@ -186,6 +189,8 @@ class CompiledSchedule:
             n += len(c.params)
         self.param_offsets, self.param_index = offsets, [i for c in schedule.calls for i in c.params]
         self.params = DeviceBuffer(max(n, 1), "float64")
+        #: what this entry holds in host memory, roughly (the schedule cache's byte bound)
+        self.nbytes = 4096 * (1 + len(kernels)) + len(self.source)
 
     def run(self, leaves, scalars, device) -> list:
         drv = _state["drv"]

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..dtypes import itemsize, np_dtype
 from . import counters
+from .pool import IdleBuffers
 
 
 def _rt():
@@ -28,13 +29,8 @@ def require() -> dict:
     return _rt().require()
 
 
-class DevicePool:
-    """Device allocations reused by (rounded) size."""
-
-    MAX_IDLE_BYTES = 2 << 30
-
-    def __init__(self):
-        self.free, self.idle = {}, 0
+class DevicePool(IdleBuffers):
+    """Device allocations reused by (rounded) size; idle ones bounded like the host pool's."""
 
     @staticmethod
     def rounded(nbytes: int) -> int:
@@ -44,11 +40,9 @@ class DevicePool:
 
     def acquire(self, nbytes: int):
         size = self.rounded(nbytes)
-        with _rt()._lock:
-            stack = self.free.get(size)
-            if stack:
-                self.idle -= size
-                return stack.pop(), size
+        alloc = self.take(size)
+        if alloc is not None:
+            return alloc, size
         drv = require()["drv"]
         try:
             return drv.mem_alloc(size), size
@@ -57,15 +51,7 @@ class DevicePool:
             return drv.mem_alloc(size), size
 
     def release(self, alloc, size: int) -> None:
-        with _rt()._lock:
-            if self.idle + size <= self.MAX_IDLE_BYTES:
-                self.free.setdefault(size, []).append(alloc)
-                self.idle += size
-
-    def clear(self) -> None:
-        with _rt()._lock:
-            self.free.clear()
-            self.idle = 0
+        self.put(alloc, size)
 
 
 POOL = DevicePool()

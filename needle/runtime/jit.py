@@ -1,6 +1,7 @@
-"""LLVM JIT for the CPU: one MCJIT engine per process (MCJIT never frees what it
-finalized), kernels optimized at O3 for the host and emitted as object code,
-which is also what the disk cache stores.
+"""LLVM JIT for the CPU: kernels optimized at O3 for the host and emitted as object
+code (which is also what the disk cache stores), loaded into MCJIT engines of up to
+KERNELS_PER_ENGINE kernels each; MCJIT frees code only with its engine, so engines
+die with the last cached kernel or schedule that uses them (the caches are bounded).
 
 The cache key hashes the kernel IR text with everything that changes the code:
 needle's, llvmlite's and LLVM's versions, the target triple, CPU name and
@@ -23,6 +24,7 @@ from ..codegen import llvm as llvm_codegen
 from ..errors import CompileError
 from . import counters
 from . import disk_cache
+from .lru import LRUCache
 
 OPT_LEVEL = 3
 _lock = threading.RLock()
@@ -61,7 +63,7 @@ def _build_state() -> dict:
         return target.create_target_machine(cpu=cpu, features=features, opt=OPT_LEVEL, jit=True)
 
     state["tm"] = machine()  # for optimization and object emission
-    state["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine())  # owns its own
+    state["machine"] = machine  # each engine takes ownership of a machine of its own
     state["target_id"] = f"{triple}|{cpu}|{features}"
     state["versions"] = (f"needle-kernels-1|{_codegen_fingerprint()}|llvmlite-{llvmlite.__version__}"
                          f"|llvm-{llvm.llvm_version_info}")
@@ -106,20 +108,30 @@ def vector_width_bytes() -> int:
 
 
 class CompiledKernel:
-    """A kernel ready to launch: the entry point and the GOMP wrapper."""
+    """A kernel ready to launch: the entry point and the GOMP wrapper.  It keeps the
+    engine holding its machine code alive; the code is freed with the engine once
+    no cached kernel or schedule refers to it."""
 
-    __slots__ = ("name", "symbol", "address", "omp_address", "cfunc", "kernel", "key")
+    __slots__ = ("name", "symbol", "address", "omp_address", "cfunc", "kernel", "key", "engine", "nbytes")
 
-    def __init__(self, kernel, symbol, address, omp_address, key):
+    def __init__(self, kernel, symbol, address, omp_address, key, engine, nbytes):
         self.kernel, self.name, self.symbol, self.key = kernel, kernel.name, symbol, key
-        self.address, self.omp_address = address, omp_address
+        self.address, self.omp_address, self.engine, self.nbytes = address, omp_address, engine, nbytes
         self.cfunc = KERNEL_CFUNC(address)
 
 
 KERNEL_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                 ctypes.c_void_p, ctypes.c_void_p)
 
-_compiled = {}
+#: compiled kernels by key, bounded (config.KERNEL_CACHE_SIZE / KERNEL_CACHE_BYTES)
+_compiled = LRUCache("kernel", lambda: (config.KERNEL_CACHE_SIZE, config.KERNEL_CACHE_BYTES),
+                     lambda k: k.nbytes + ENGINE_BYTES // KERNELS_PER_ENGINE)
+
+#: kernels loaded into one MCJIT engine before a new one is started.  MCJIT frees
+#: machine code only with its engine, so a process that meets ever new kernels
+#: needs engines that can die; an engine costs about this many bytes by itself.
+KERNELS_PER_ENGINE = 64
+ENGINE_BYTES = 128 << 10
 
 
 def kernel_key(kernel) -> str:
@@ -132,42 +144,63 @@ def kernel_key(kernel) -> str:
 
 def compile_kernel(kernel) -> CompiledKernel:
     """The kernel compiled (memory cache, then disk cache, then LLVM)."""
-    key = kernel_key(kernel)
-    hit = _compiled.get(key)
-    if hit is not None:
-        counters.add("cache_hits")
-        return hit
+    return compile_kernels([kernel])[0]
+
+
+def compile_kernels(kernels) -> list:
+    """Each kernel compiled: from the memory cache, else from the disk cache or LLVM,
+    loaded into the current engine together."""
+    keys = [kernel_key(k) for k in kernels]
+    out = [_compiled.get(key) for key in keys]
+    if all(c is not None for c in out):
+        counters.add("cache_hits", len(out))
+        return out
     with _lock:
-        hit = _compiled.get(key)
-        if hit is not None:
-            counters.add("cache_hits")
-            return hit
-        s = _init()
-        symbol = "k_" + key[:24]
-        t0 = time.perf_counter()
-        obj = disk_cache.load(key) if config.CACHE else None
-        if obj is not None and not _looks_like_kernel(obj, symbol):
-            disk_cache.discard(key)  # checksum fine but not our object code: never load it
-            obj = None
-        if obj is not None:
-            counters.add("cache_hits")
-            counters.add("disk_cache_hits")
-        else:
-            obj = _codegen(kernel, symbol)
-            counters.add("kernels_compiled")
-            if config.CACHE:
-                disk_cache.store(key, obj)
-        engine = s["engine"]
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        engine.finalize_object()
-        address = engine.get_function_address(symbol)
-        omp_address = engine.get_function_address(symbol + "_omp")
-        if not address:
-            raise CompileError(f"kernel {kernel.name}: symbol {symbol} missing after loading its object code")
-        counters.add("compile_seconds", time.perf_counter() - t0)
-        compiled = CompiledKernel(kernel, symbol, address, omp_address, key)
-        _compiled[key] = compiled
-        return compiled
+        for i, (kernel, key) in enumerate(zip(kernels, keys)):
+            if out[i] is None:
+                out[i] = _compiled.get(key) or _load(kernel, key)
+            else:
+                counters.add("cache_hits")
+    return out
+
+
+def _load(kernel, key: str) -> CompiledKernel:
+    """Object code from the disk cache or LLVM, added to the current engine."""
+    symbol = "k_" + key[:24]
+    t0 = time.perf_counter()
+    obj = disk_cache.load(key) if config.CACHE else None
+    if obj is not None and not _looks_like_kernel(obj, symbol):
+        disk_cache.discard(key)  # checksum fine but not our object code: never load it
+        obj = None
+    if obj is not None:
+        counters.add("cache_hits")
+        counters.add("disk_cache_hits")
+    else:
+        obj = _codegen(kernel, symbol)
+        counters.add("kernels_compiled")
+        if config.CACHE:
+            disk_cache.store(key, obj)
+    engine = _current_engine()
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    address = engine.get_function_address(symbol)
+    omp_address = engine.get_function_address(symbol + "_omp")
+    if not address:
+        raise CompileError(f"kernel {kernel.name}: symbol {symbol} missing after loading its object code")
+    counters.add("compile_seconds", time.perf_counter() - t0)
+    compiled = CompiledKernel(kernel, symbol, address, omp_address, key, engine, len(obj))
+    _compiled.put(key, compiled)
+    return compiled
+
+
+def _current_engine():
+    """The engine new kernels go into (a fresh one every KERNELS_PER_ENGINE kernels)."""
+    s = _init()
+    if s.get("engine") is None or s["engine_kernels"] >= KERNELS_PER_ENGINE:
+        s["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), s["machine"]())  # owns its machine
+        s["engine_kernels"] = 0
+    s["engine_kernels"] += 1
+    return s["engine"]
 
 
 def _looks_like_kernel(obj: bytes, symbol: str) -> bool:

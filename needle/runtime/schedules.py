@@ -7,34 +7,36 @@ nodes into buffers.
 """
 from __future__ import annotations
 
-import threading
 import time
 
 from .. import config
 from ..compiler import schedule as scheduling
 from . import counters, describe
+from .lru import LRUCache
 
 
 class ScheduleCache:
-    """Compiled schedules of one device.  `compile(schedule)` builds the device's
-    CompiledSchedule; `settings()` adds what else changes the code (threads,
-    bounds checking); `show(kernel)` prints code for NEEDLE_DEBUG=4."""
+    """Compiled schedules of one device, least recently used out first past
+    `config.SCHEDULE_CACHE_SIZE` entries or `SCHEDULE_CACHE_BYTES`.
+    `compile(schedule)` builds the device's CompiledSchedule (with an `nbytes`
+    estimate); `settings()` adds what else changes the code (threads, bounds
+    checking); `show(kernel)` prints code for NEEDLE_DEBUG=4."""
 
     def __init__(self, target: str, compile, settings, show=None):
         self.target, self.compile, self.settings, self.show = target, compile, settings, show
-        self.entries = {}
-        self.lock = threading.Lock()
+        self.entries = LRUCache("schedule", lambda: (config.SCHEDULE_CACHE_SIZE, config.SCHEDULE_CACHE_BYTES),
+                                lambda entry: getattr(entry, "nbytes", 0))
 
     def get(self, nodes):
         """(compiled schedule, leaf NDArrays, run-time scalars) for the graph of `nodes`."""
-        key, leaves, _, scalars, _ = scheduling.structure(nodes)
-        key = (key, self.settings())
+        signature = scheduling.structure(nodes)
+        key = (signature[0], self.settings())
         entry = self.entries.get(key)
         if entry is not None:
             counters.add("schedule_cache_hits")
-            return entry, leaves, scalars
+            return entry, signature[1], signature[3]
         t0 = time.perf_counter()
-        schedule, _ = scheduling.plan(nodes, target=self.target)
+        schedule, _ = scheduling.plan(nodes, target=self.target, signature=signature)
         counters.add("schedule_seconds", time.perf_counter() - t0)
         if config.DEBUG >= 3:
             for c in schedule.calls:
@@ -42,9 +44,8 @@ class ScheduleCache:
                 if config.DEBUG >= 4 and self.show is not None:
                     print(self.show(c.kernel))
         entry = self.compile(schedule)
-        with self.lock:
-            self.entries[key] = entry
-        return entry, leaves, scalars
+        self.entries.put(key, entry)
+        return entry, signature[1], signature[3]
 
     def clear(self) -> None:
         self.entries.clear()
