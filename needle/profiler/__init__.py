@@ -34,7 +34,8 @@ _active: Optional["Profile"] = None
 
 @dataclass
 class KernelStats:
-    """One row of the table: a kernel (by name, device and fused ops) and its launches."""
+    """One row of the table: one kernel of a compiled schedule and its launches (a
+    training loop reuses its schedule, so a row gathers the same kernel of every step)."""
 
     name: str
     device: str
@@ -77,12 +78,14 @@ class Profile:
                 raise NeedleError("needle.profile(): a profile is already active (they do not nest)")
             _active = self
         self._start = time.perf_counter()
+        self._stamping = sources.SECONDS
         self._install()
         return self
 
     def __exit__(self, *exc) -> None:
         global _active
         self._uninstall()
+        self.overhead += sources.SECONDS - self._stamping
         self.wall = max(time.perf_counter() - self._start - self.overhead, 0.0)
         with _active_lock:
             _active = None
@@ -150,7 +153,7 @@ class Profile:
             known = self._calls.get(id(entry))
             info = known[1][i] if known is not None else attribution.CallInfo(entry.schedule.calls[i].kernel.name)
             lines = current[1] if current is not None and current[1] is not None else info.lines
-            key = (device, info.name, info.ops)
+            key = (device, id(entry), i)  # one row per kernel of each schedule
             with self._lock:
                 row = self.kernels.get(key)
                 if row is None:

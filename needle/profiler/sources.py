@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from typing import Optional, Tuple
 
 import needle
@@ -70,6 +71,8 @@ def stamp(name: str) -> SourcedOrigin:
 
 _CODES = (None, None)
 _original_new = None
+#: seconds spent stamping nodes (the profiler leaves them out of the step time)
+SECONDS = 0.0
 
 
 def install() -> None:
@@ -81,9 +84,12 @@ def install() -> None:
     original = _original_new = build._new
 
     def _new_with_source(op, srcs, arg, shape, dtype, device):
+        global SECONDS
         node = original(op, srcs, arg, shape, dtype, device)
         if not isinstance(node.origin, SourcedOrigin):
+            t0 = time.perf_counter()
             node.origin = stamp(node.origin)
+            SECONDS += time.perf_counter() - t0
         return node
 
     build._new = _new_with_source
