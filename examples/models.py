@@ -52,27 +52,36 @@ class ResNet9(nn.Module):
 
 
 class LanguageModel(nn.Module):
-    """Embedding -> RNN or LSTM -> Linear over the vocabulary.
+    """Embedding -> RNN, LSTM or Transformer -> Linear over the vocabulary.
 
     forward(x, h=None): x (seq_len, batch) of word ids -> (logits (seq_len * batch,
     output_size), h), where h is the sequence model's final state (h_n for the RNN,
-    (h_n, c_n) for the LSTM), to be fed back (detached) for the next chunk."""
+    (h_n, c_n) for the LSTM, zeros for the Transformer), to be fed back (detached)
+    for the next chunk.  The Transformer works at the embedding width (its
+    `hidden_size` is the width of its feed-forward layers) and attends causally
+    over at most `seq_len` positions."""
 
     def __init__(self, embedding_size: int, output_size: int, hidden_size: int, num_layers: int = 1,
                  seq_model: str = "rnn", seq_len: int = 40, device=None, dtype: str = "float32") -> None:
         super().__init__()
-        if seq_model not in ("rnn", "lstm"):
-            raise ValueError(f"LanguageModel: seq_model must be 'rnn' or 'lstm', got {seq_model!r}")
+        if seq_model not in ("rnn", "lstm", "transformer"):
+            raise ValueError(f"LanguageModel: seq_model must be 'rnn', 'lstm' or 'transformer', got {seq_model!r}")
         self.embedding_size = embedding_size
         self.output_size = output_size
         self.hidden_size = hidden_size
         self.seq_len = seq_len
         self.embedding = nn.Embedding(output_size, embedding_size, device=device, dtype=dtype)
-        sequence = nn.RNN if seq_model == "rnn" else nn.LSTM
-        self.seq_model = sequence(embedding_size, hidden_size, num_layers, device=device, dtype=dtype)
-        self.linear = nn.Linear(hidden_size, output_size, device=device, dtype=dtype)
+        if seq_model == "transformer":
+            self.seq_model = nn.Transformer(embedding_size, hidden_size, num_layers, device=device, dtype=dtype,
+                                            sequence_len=seq_len)
+            self.out_size = embedding_size
+        else:
+            sequence = nn.RNN if seq_model == "rnn" else nn.LSTM
+            self.seq_model = sequence(embedding_size, hidden_size, num_layers, device=device, dtype=dtype)
+            self.out_size = hidden_size
+        self.linear = nn.Linear(self.out_size, output_size, device=device, dtype=dtype)
 
     def forward(self, x: ndl.Tensor, h: Optional[Union[ndl.Tensor, Tuple[ndl.Tensor, ndl.Tensor]]] = None):
         seq_len, bs = x.shape
         out, h = self.seq_model(self.embedding(x), h)
-        return self.linear(out.reshape((seq_len * bs, self.hidden_size))), h
+        return self.linear(out.reshape((seq_len * bs, self.out_size))), h

@@ -9,6 +9,10 @@ them looks at its arguments and runs the version they belong to:
   `nn_epoch` takes Tensor weights and returns the new ones.
 
 The explicit `*_numpy` / `*_needle` functions are there for callers who prefer to say so.
+
+hw4's training helpers (`train_cifar10`, `evaluate_cifar10`, `train_ptb`, `evaluate_ptb`)
+follow the course's loop exactly (seed 4 first, one optimizer, per-sample averages), so
+seeded course code reproduces the course's numbers.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from typing import Tuple
 import numpy as np
 
 import needle as ndl
+import needle.nn as nn
 from needle.data import parse_mnist as _parse_mnist
 
 
@@ -167,6 +172,124 @@ def train_nn(X_tr, y_tr, X_te, y_te, hidden_dim: int = 500, epochs: int = 10, lr
             test_loss, test_err = loss_err(np.maximum(X_te @ W1, 0) @ W2, y_te)
         print(f"|  {epoch:>4} |    {train_loss:.5f} |   {train_err:.5f} |   {test_loss:.5f} |  {test_err:.5f} |")
     return W1, W2
+
+
+# ---- hw4: CIFAR-10 and Penn Treebank training loops ---------------------------------------
+def _loss_module(loss_fn):
+    """The course passes the loss class (nn.SoftmaxLoss) or an instance; either works."""
+    return loss_fn() if isinstance(loss_fn, type) else loss_fn
+
+
+def _tally(out: ndl.Tensor, y: ndl.Tensor, loss: ndl.Tensor) -> Tuple[int, float, int]:
+    """(correct predictions, loss x samples, samples) of one batch."""
+    ndl.realize(out, loss)
+    labels = y.numpy()
+    correct = int(np.sum(out.numpy().argmax(axis=1) == labels))
+    return correct, float(loss.numpy()) * labels.shape[0], labels.shape[0]
+
+
+def epoch_general_cifar10(dataloader, model: nn.Module, loss_fn=nn.SoftmaxLoss(), opt=None) -> Tuple[float, float]:
+    """One pass over `dataloader`: training with `opt`, evaluation without.
+    Returns (accuracy, average loss) over the samples."""
+    np.random.seed(4)
+    loss_fn = _loss_module(loss_fn)
+    model.train() if opt is not None else model.eval()
+    correct, total_loss, count = 0, 0.0, 0
+    for X, y in dataloader:
+        if opt is not None:
+            opt.reset_grad()
+        out = model(X)
+        loss = loss_fn(out, y)
+        if opt is not None:
+            loss.backward()
+            opt.step()
+        c, l, n = _tally(out, y, loss)
+        correct, total_loss, count = correct + c, total_loss + l, count + n
+    return correct / max(count, 1), total_loss / max(count, 1)
+
+
+def train_cifar10(model: nn.Module, dataloader, n_epochs: int = 1, optimizer=ndl.optim.Adam, lr: float = 0.001,
+                  weight_decay: float = 0.001, loss_fn=nn.SoftmaxLoss) -> Tuple[float, float]:
+    """Train for `n_epochs`; returns the last epoch's (accuracy, average loss)."""
+    np.random.seed(4)
+    opt = optimizer(model.parameters(), lr=lr, weight_decay=weight_decay)
+    avg_acc, avg_loss = 0.0, 0.0
+    for _ in range(n_epochs):
+        avg_acc, avg_loss = epoch_general_cifar10(dataloader, model, _loss_module(loss_fn), opt)
+    return avg_acc, avg_loss
+
+
+def evaluate_cifar10(model: nn.Module, dataloader, loss_fn=nn.SoftmaxLoss) -> Tuple[float, float]:
+    """(accuracy, average loss) of the model in eval mode."""
+    np.random.seed(4)
+    return epoch_general_cifar10(dataloader, model, _loss_module(loss_fn), None)
+
+
+def _detach_state(h):
+    """Cut the recurrent state from the last chunk's graph (truncated backprop)."""
+    if h is None:
+        return None
+    if isinstance(h, (tuple, list)):
+        return type(h)(_detach_state(x) for x in h)
+    return h.detach()
+
+
+def _clip_gradients(params, max_norm: float) -> None:
+    """Scale the gradients so that their total 2-norm is at most max_norm."""
+    grads = [p for p in params if p.grad is not None]
+    total = float(np.sqrt(sum(float(np.sum(p.grad.numpy().astype(np.float64) ** 2)) for p in grads)))
+    scale = max_norm / (total + 1e-6)
+    if scale < 1:
+        for p in grads:
+            p.grad = (p.grad * scale).detach()
+
+
+def epoch_general_ptb(data: np.ndarray, model: nn.Module, seq_len: int = 40, loss_fn=nn.SoftmaxLoss(), opt=None,
+                      clip=None, device=None, dtype: str = "float32") -> Tuple[float, float]:
+    """One pass over batchified `data` (nbatch, batch_size) in chunks of `seq_len`
+    (training with `opt`, evaluation without); the hidden state is carried across
+    chunks and detached after each forward.  Returns (accuracy, average loss) per
+    target word."""
+    np.random.seed(4)
+    loss_fn = _loss_module(loss_fn)
+    model.train() if opt is not None else model.eval()
+    nbatch = data.shape[0]
+    correct, total_loss, count = 0, 0.0, 0
+    h = None
+    for i in range(0, nbatch - 1, seq_len):
+        X, y = ndl.data.get_batch(data, i, seq_len, device=device, dtype=dtype)
+        if opt is not None:
+            opt.reset_grad()
+        out, h = model(X, h)
+        h = _detach_state(h)
+        loss = loss_fn(out, y)
+        if opt is not None:
+            loss.backward()
+            if clip is not None:
+                _clip_gradients(model.parameters(), clip)
+            opt.step()
+        c, l, n = _tally(out, y, loss)
+        correct, total_loss, count = correct + c, total_loss + l, count + n
+    return correct / max(count, 1), total_loss / max(count, 1)
+
+
+def train_ptb(model: nn.Module, data: np.ndarray, seq_len: int = 40, n_epochs: int = 1, optimizer=ndl.optim.SGD,
+              lr: float = 4.0, weight_decay: float = 0.0, loss_fn=nn.SoftmaxLoss, clip=None, device=None,
+              dtype: str = "float32") -> Tuple[float, float]:
+    """Train a LanguageModel for `n_epochs`; returns the last epoch's (accuracy, average loss)."""
+    np.random.seed(4)
+    opt = optimizer(model.parameters(), lr=lr, weight_decay=weight_decay)
+    avg_acc, avg_loss = 0.0, 0.0
+    for _ in range(n_epochs):
+        avg_acc, avg_loss = epoch_general_ptb(data, model, seq_len, _loss_module(loss_fn), opt, clip, device, dtype)
+    return avg_acc, avg_loss
+
+
+def evaluate_ptb(model: nn.Module, data: np.ndarray, seq_len: int = 40, loss_fn=nn.SoftmaxLoss, device=None,
+                 dtype: str = "float32") -> Tuple[float, float]:
+    """(accuracy, average loss) per target word, in eval mode."""
+    np.random.seed(4)
+    return epoch_general_ptb(data, model, seq_len, _loss_module(loss_fn), None, None, device, dtype)
 
 
 if __name__ == "__main__":
