@@ -6,7 +6,8 @@ from . import autograd, init, ops  # noqa: F401
 from . import backend_ndarray  # noqa: F401
 from . import backend_ndarray as nd  # noqa: F401
 from .autograd import Tensor, TensorTuple  # noqa: F401
-from .backend_selection import BACKEND, Device, all_devices, cpu, cpu_numpy, cuda, default_device  # noqa: F401
+from .backend_selection import (BACKEND, Device, NDArray, all_devices, array_api, cpu, cpu_numpy,  # noqa: F401
+                                cuda, default_device)
 from .init import ones, ones_like, zeros, zeros_like  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .realize import lazy, realize  # noqa: F401
