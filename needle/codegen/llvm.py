@@ -300,7 +300,8 @@ class _Renderer(ValueHelpers, VectorLoops):
         if op == "sqrt":
             return self._call_intrinsic("llvm.sqrt", dtype, [x])
         if dtype == "float32":
-            return {"exp": vecmath.exp_f32, "log": vecmath.log_f32, "tanh": vecmath.tanh_f32}[op](b, x)
+            return {"exp": vecmath.exp_f32, "log": vecmath.log_f32, "tanh": vecmath.tanh_f32,
+                    "sigmoid": vecmath.sigmoid_f32}[op](b, x)
         if op in ("exp", "log"):
             return self._call_intrinsic("llvm." + op, dtype, [x])
         if op == "tanh":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from . import kernel_ir as K
+from . import vecmath
 from .llvm_types import I32, TYPES, is_float
 
 
@@ -12,7 +13,9 @@ class ValueHelpers:
     """Mixin of the LLVM renderer; uses its builder `self.b` and `self._extern`."""
 
     def _pow(self, a, b_, dtype, exponent):
-        """x ** c for small constants as multiplies / sqrt; the rest through llvm.pow."""
+        """x ** c for small constants as multiplies / sqrt (one rounding each: exact to
+        half an ulp; float32's 3, -2 and -0.5 take two, so they go through vecmath's
+        float64 pow); float32's other powers through vecmath, float64's through llvm.pow."""
         b = self.b
         if isinstance(exponent, K.Const):
             c = float(exponent.value)
@@ -21,16 +24,22 @@ class ValueHelpers:
                 return a
             if c == 2:
                 return b.fmul(a, a)
+            if dtype == "float32" and c not in (0.5, -1):
+                return vecmath.pow_f32(b, a, b_)
             if c == 3:
                 return b.fmul(b.fmul(a, a), a)
-            if c == 0.5:
-                return self._call_intrinsic("llvm.sqrt", dtype, [a])
+            if c == 0.5:  # pow's table, unlike sqrt: pow(-0, 0.5) = +0, pow(-inf, 0.5) = inf
+                root = b.fadd(self._call_intrinsic("llvm.sqrt", dtype, [a]), self._zero(dtype, a))
+                minus_inf = b.fcmp_ordered("==", a, self._const(float("-inf"), dtype, a))
+                return b.select(minus_inf, self._const(float("inf"), dtype, a), root)
             if c == -1:
                 return b.fdiv(one, a)
             if c == -2:
                 return b.fdiv(one, b.fmul(a, a))
             if c == -0.5:
                 return b.fdiv(one, self._call_intrinsic("llvm.sqrt", dtype, [a]))
+        if dtype == "float32":
+            return vecmath.pow_f32(b, a, b_)
         return self._call_intrinsic("llvm.pow", dtype, [a, b_])
 
     def cast(self, x, src: str, dst: str):
