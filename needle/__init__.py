@@ -5,7 +5,7 @@ from . import errors  # noqa: F401
 from . import autograd, init, ops  # noqa: F401
 from . import backend_ndarray  # noqa: F401
 from . import backend_ndarray as nd  # noqa: F401
-from .autograd import Tensor, TensorTuple  # noqa: F401
+from .autograd import Tensor, TensorTuple, is_grad_enabled, no_grad  # noqa: F401
 from .backend_selection import (BACKEND, Device, NDArray, all_devices, array_api, cpu, cpu_numpy,  # noqa: F401
                                 cuda, default_device)
 from .init import ones, ones_like, zeros, zeros_like  # noqa: F401

@@ -248,6 +248,23 @@ def assemble_ops():
             ops.dilate(x, (0, 1), 2), parts[3] * 2.0]
 
 
+@case()
+def gather_scatter():
+    """Advanced indexing: gathers fused with their readers (float and int indices,
+    computed out-of-range ones clamped, two index arrays), a gather feeding a matmul,
+    and scatter_add with repeated indices (a thread per fiber, index loops serial)."""
+    w = tensor(7, 5)
+    ids = leaf(np.array([[6.0, 0.0, 6.0], [2.0, -1.0, 3.0]], dtype=np.float32))
+    wild = leaf(np.array([-9, 12, 3, -2], dtype=np.int64))
+    rows, cols = leaf(np.array([0, 6, 6], dtype=np.int32)), leaf(np.array([4, 0, 4], dtype=np.int32))
+    wl = leaf(randn(7, 5))
+    values = build.elementwise("tanh", leaf(randn(2, 3, 5)))
+    return [build.elementwise("exp", build.gather(wl, [ids], 0)), build.gather(wl, [wild], 0),
+            build.gather(wl, [rows, cols], 0), build.matmul(build.gather(wl, [wild], 0), leaf(randn(5, 3))),
+            build.scatter_add(values, [ids], 0, (7,)), build.scatter_add(values, [rows], 1, (7,)),
+            w[[1, 1, 4]] * 2.0]
+
+
 @case(rtol=1e-4, atol=1e-4)
 def conv_forward_backward():
     z, w = tensor(2, 7, 7, 3), tensor(3, 3, 3, 4)

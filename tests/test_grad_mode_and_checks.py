@@ -1,0 +1,106 @@
+"""no_grad(), backward()'s check of custom gradients, and `out[idx] = v` inside a
+custom op's compute() (a functional update in lazy mode), in both modes."""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle.autograd import TensorOp
+from tests.modes import execution_mode  # noqa: F401
+
+
+def test_no_grad_context_builds_no_graph():
+    w = ndl.Tensor(np.ones((2, 3), np.float32))
+    with ndl.no_grad():
+        out = (w * 2).sum()
+        assert not ndl.is_grad_enabled()
+    assert ndl.is_grad_enabled()
+    assert out.op is None and not out.requires_grad and out.inputs == []
+    np.testing.assert_allclose(out.numpy(), 12.0)
+    assert (w * 2).requires_grad  # back on after the block
+
+
+def test_no_grad_decorator_and_nesting():
+    @ndl.no_grad()
+    def evaluate(t):
+        return t * 3
+
+    w = ndl.Tensor(np.ones(3, np.float32))
+    assert not evaluate(w).requires_grad and (w * 3).requires_grad
+    with ndl.no_grad():
+        with ndl.no_grad():
+            pass
+        assert not (w * 3).requires_grad  # the inner block restores "off", not "on"
+
+
+def test_no_grad_restores_on_error():
+    with pytest.raises(ZeroDivisionError):
+        with ndl.no_grad():
+            1 / 0
+    assert ndl.is_grad_enabled()
+
+
+class WrongShapeGrad(TensorOp):
+    def compute(self, a):
+        return a * 2
+
+    def gradient(self, out_grad, node):
+        return out_grad.sum(axes=(1,))
+
+
+class WrongDtypeGrad(TensorOp):
+    def compute(self, a):
+        return a * 2
+
+    def gradient(self, out_grad, node):
+        return out_grad.astype("float64")
+
+
+def test_backward_names_the_op_whose_gradient_has_the_wrong_shape():
+    x = ndl.Tensor(np.ones((4, 3), np.float32))
+    with pytest.raises(ndl.errors.ShapeError,
+                       match=r"WrongShapeGrad\.gradient\(\) returned a gradient of shape \(4,\) for input 0 of "
+                             r"shape \(4, 3\)"):
+        WrongShapeGrad()(x).sum().backward()
+
+
+@pytest.mark.skipif(ndl.BACKEND != "nd", reason="the np backend follows numpy's dtype promotion")
+def test_backward_names_the_op_whose_gradient_has_the_wrong_dtype():
+    x = ndl.Tensor(np.ones((4, 3), np.float32))
+    with pytest.raises(ndl.errors.DTypeError, match=r"WrongDtypeGrad\.gradient\(\) returned a float64 gradient"):
+        WrongDtypeGrad()(x).sum().backward()
+
+
+class FirstColumnDoubled(TensorOp):
+    """A custom op writing into an array inside compute(), course style."""
+
+    def compute(self, a):
+        out = a * 1
+        out[:, 0] = a[:, 0] * 2
+        out[-1, 1:] = 7.0
+        return out
+
+    def gradient(self, out_grad, node):
+        mask = np.ones(node.shape, np.float32)
+        mask[:, 0] = 2
+        mask[-1, 1:] = 0
+        return out_grad * ndl.Tensor(mask, device=out_grad.device, requires_grad=False)
+
+
+def test_setitem_inside_compute_works_in_every_mode():
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    x = ndl.Tensor(a)
+    out = FirstColumnDoubled()(x)
+    expected = a.copy()
+    expected[:, 0] *= 2
+    expected[-1, 1:] = 7
+    np.testing.assert_array_equal(out.numpy(), expected)
+    np.testing.assert_array_equal(x.numpy(), a)  # the input is not written
+    out.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy()[:, 0], [2, 2, 2, 2])
+
+
+def test_lazy_setitem_with_index_arrays_says_what_to_do():
+    from needle.ir.lazy import as_lazy
+    lazy = as_lazy(ndl.Tensor(np.zeros((3, 2), np.float32)).realize_cached_data()) * 1
+    with pytest.raises(IndexError, match="scatter_add"):
+        lazy[[0, 2]] = 1.0
