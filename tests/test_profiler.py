@@ -9,6 +9,14 @@ import needle as ndl
 from needle import runtime
 
 
+@pytest.fixture(autouse=True)
+def _no_leftover_work():
+    """Other tests may leave losses registered for "the next schedule" (realize_later);
+    launch counts here must be those of the code under test only."""
+    runtime.forget_later()
+    yield
+
+
 def _line_of(func, text: str):
     """(file, line) of the line of `func` that contains `text`."""
     lines, first = inspect.getsourcelines(func)

@@ -150,7 +150,7 @@ def parameter_names(order, names=None):
     if names is not None:
         return _explicit_names(names, wanted)
     from ..nn import Module
-    modules = [m for m in gc.get_objects() if isinstance(m, Module)]
+    modules = [m for m in gc.get_objects() if issubclass(type(m), Module)]  # type(): no __class__ tricks
     best, types = {}, {}
     for m in modules:  # each live module; a parameter takes its name in the largest model holding it
         try:
