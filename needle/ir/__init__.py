@@ -15,8 +15,13 @@ STAGES = ("graph", "fused", "kernels", "llvm", "cuda")
 DUMP_STAGES = STAGES + ("autograd",)
 
 
-def graph(*tensors):
-    """The pending graph behind `tensors` as a networkx.DiGraph."""
+def graph(*tensors, stage: str = "graph", names=None):
+    """The pending graph behind `tensors` as a networkx.DiGraph; stage="autograd"
+    gives the Tensor graph instead (node attributes: `autograd_graph.to_networkx`)."""
+    if stage == "autograd":
+        return autograd_graph.to_networkx(autograd_graph.collect(tensors, names))
+    if stage != "graph":
+        raise ArgumentError(f"graph: stage must be 'graph' or 'autograd', got {stage!r}")
     return printer.to_networkx(printer.output_nodes(tensors))
 
 

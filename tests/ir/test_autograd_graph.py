@@ -30,7 +30,7 @@ EXPECTED_EDGES = {(0, 2): [0], (1, 2): [1], (2, 3): [0], (0, 3): [1], (3, 4): [0
 
 def test_hand_built_graph_has_exactly_its_nodes_and_edges():
     *_, e = hand_graph()
-    g = autograd_graph.to_networkx(autograd_graph.collect([e]))
+    g = ndl.ir.graph(e, stage="autograd")
     assert {k: (g.nodes[k]["kind"], g.nodes[k]["op"]) for k in g.nodes} == EXPECTED_NODES
     assert {edge: g.edges[edge]["indices"] for edge in g.edges} == EXPECTED_EDGES
     assert all(g.nodes[k]["shape"] == (2,) for k in range(4)) and g.nodes[4]["shape"] == ()
@@ -136,3 +136,19 @@ def test_png_is_written_and_large_graphs_collapse_modules(tmp_path):
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert os.path.getsize(path) > 1000
+
+
+def test_tuple_ops_show_one_node_for_the_tuple():
+    x = ndl.Tensor(np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32))
+    parts = ndl.ops.split(x, axis=0)
+    y = (parts[0] * parts[1]).sum()
+    y.backward()
+    ndl.realize(x.grad)
+    g = ndl.ir.graph(y, stage="autograd")
+    assert [g.nodes[k]["op"] for k in g.nodes] == ["", "Split", "TupleGetItem", "TupleGetItem", "EWiseMul",
+                                                   "Summation"]
+    assert g.nodes[1]["shape"] == (2,) and g.nodes[1]["dtype"] == "tuple"
+    # y = x00*x10 + x01*x11: dy/dx = [[x10, x11], [x00, x01]], four values shown as is
+    assert g.nodes[0]["grad"] == "[3, 4, 1, 2]"
+    with pytest.raises(ndl.errors.ArgumentError):
+        ndl.ir.graph(y, stage="fused")
