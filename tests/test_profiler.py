@@ -127,11 +127,12 @@ def test_chrome_trace_has_one_complete_event_per_launch(tmp_path):
     path = p.export_chrome_trace(str(tmp_path / "trace.json"))
     with open(path) as f:
         trace = json.load(f)
-    kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
-    assert len(kernels) == launches == 4
-    assert all(e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0 for e in kernels)
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(complete) == launches == 4
+    assert all(e["cat"] == "kernel" and e["dur"] >= 0 and e["ts"] >= 0 for e in complete)
     schedule = [e for e in trace["traceEvents"] if e.get("cat") == "schedule"]
-    assert len(schedule) == 1 and p.schedule_seconds > 0
+    assert [e["ph"] for e in schedule] == ["B", "E"] and p.schedule_seconds > 0
+    assert schedule[1]["ts"] - schedule[0]["ts"] == pytest.approx(p.schedule_seconds * 1e6)
     text = p.table(print_it=False)
     assert "[schedule: passes]" in text and "[compile]" in text
     assert "test_profiler.py:" in text

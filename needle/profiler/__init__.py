@@ -56,7 +56,7 @@ class Profile:
     """What ran inside a `with needle.profile()` block (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.events: List[dict] = []          # Chrome trace events (complete, "X")
+        self.events: List[dict] = []          # Chrome trace events: "X" per launch, "B"/"E" host work
         self.kernels: Dict[tuple, KernelStats] = {}
         self.schedule_seconds = 0.0
         self.compile_seconds = 0.0
@@ -137,9 +137,9 @@ class Profile:
             self.compile_seconds += comp
             self.lookup_seconds += max(t1 - t0 - sched - comp, 0.0)
             if sched > 0:
-                self._event("schedule (passes)", "schedule", "host", t0, sched, {"device": device})
+                self._span("schedule (passes)", "schedule", t0, sched, device)
             if comp > 0:
-                self._event("compile", "compile", "host", t0 + sched, comp, {"device": device})
+                self._span("compile", "compile", t0 + sched, comp, device)
             known = self._calls.get(id(entry))
             if known is None:
                 known = self._calls[id(entry)] = (entry, attribution.describe_calls(entry, nodes, leaves, target))
@@ -169,6 +169,14 @@ class Profile:
                              "lines": [sources.short(w) for w in lines]})
             self.overhead += time.perf_counter() - start
         return timer
+
+    def _span(self, name, cat, t0, seconds, device) -> None:
+        """Host work as a begin/end pair, so that complete ("X") events are launches only."""
+        ts = (t0 - self._start) * 1e6
+        self.events.append({"name": name, "cat": cat, "ph": "B", "pid": "needle", "tid": "host", "ts": ts,
+                            "args": {"device": device}})
+        self.events.append({"name": name, "cat": cat, "ph": "E", "pid": "needle", "tid": "host",
+                            "ts": ts + seconds * 1e6})
 
     def _event(self, name, cat, tid, t0, seconds, args) -> None:
         self.events.append({"name": name, "cat": cat, "ph": "X", "pid": "needle", "tid": tid,
