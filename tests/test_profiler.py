@@ -100,11 +100,12 @@ def linear_loss(x, w):
     return (h * h).sum()
 
 
-def test_backward_kernels_point_at_the_forward_lines():
+@pytest.mark.parametrize("lazy", [True, False])
+def test_backward_kernels_point_at_the_forward_lines(lazy):
     rng = np.random.default_rng(2)
     x = ndl.Tensor(rng.standard_normal((16, 8)).astype(np.float32), requires_grad=False)
     w = ndl.Tensor(rng.standard_normal((8, 4)).astype(np.float32))
-    with ndl.lazy(True):
+    with ndl.lazy(lazy):
         with ndl.profile() as p:
             loss = linear_loss(x, w)
             loss.backward()
@@ -141,13 +142,14 @@ def test_chrome_trace_has_one_complete_event_per_launch(tmp_path):
 def test_hooks_are_removed_and_profiles_do_not_nest():
     from needle.ir import build
     from needle.runtime import cpu
-    new_before = build._new
+    new_before, make_before = build._new, ndl.autograd.Value.make_from_op.__func__
     with ndl.profile() as p:
         assert cpu.KERNEL_TIMER is not None and "get" in cpu.SCHEDULES.__dict__
         with pytest.raises(ndl.errors.NeedleError, match="already active"):
             with ndl.profile():
                 pass
     assert cpu.KERNEL_TIMER is None and "get" not in cpu.SCHEDULES.__dict__ and build._new is new_before
+    assert ndl.autograd.Value.make_from_op.__func__ is make_before
     with pytest.raises(ndl.errors.ArgumentError, match="sort_by"):
         p.table(sort_by="speed")
     assert "0 launches" in repr(p)

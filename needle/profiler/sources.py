@@ -6,15 +6,18 @@ the needle library (`needle/cli/` counts as user code: it is written with needle
 public API).  The origin stays a `str` equal to the frontend op's name, so dumps
 and schedule keys are unchanged; `origin.where` holds (file, line).  Nodes built
 while `backward()` differentiates a Tensor are labelled `d<Op>` and carry the
-line of that Tensor's forward op when it is known.  `uninstall()` restores the
-original constructor, so nothing is paid when not profiling.
+line of that Tensor's forward op (from its lazy node's origin, or for eager
+Tensors from a weak Tensor -> line table filled by a wrapped `make_from_op`).
+`uninstall()` restores both originals, so nothing is paid when not profiling.
 """
 from __future__ import annotations
 
 import functools
 import os
 import sys
+import threading
 import time
+import weakref
 from typing import Optional, Tuple
 
 import needle
@@ -61,16 +64,26 @@ def stamp(name: str) -> SourcedOrigin:
     if forward is not None and getattr(forward, "op", None) is not None:
         name = f"d{forward.op.name}"
         data = forward._cached_data
-        forward_where = getattr(getattr(data, "origin", None), "where", None)
+        forward_where = getattr(getattr(data, "origin", None), "where", None) or _tensor_lines.get(forward)
         if forward_where is not None:
             where = forward_where
     origin = SourcedOrigin(name)
-    origin.where = where
+    origin.where = _last.where = where
     return origin
+
+
+class _Last(threading.local):
+    where = None
+
+
+_last = _Last()
+#: Tensor -> line of the op that made it (for eager Tensors, whose data keeps no origin)
+_tensor_lines = weakref.WeakKeyDictionary()
 
 
 _CODES = (None, None)
 _original_new = None
+_original_make = None
 #: seconds spent stamping nodes (the profiler leaves them out of the step time)
 SECONDS = 0.0
 
@@ -93,14 +106,38 @@ def install() -> None:
         return node
 
     build._new = _new_with_source
+    _install_make_from_op()
+
+
+def _install_make_from_op() -> None:
+    """Remember the line of each Tensor an op makes (its kernel's stamp), so that
+    backward() can point eager gradient kernels at the forward op's line."""
+    global _original_make
+    from ..autograd import Value
+    _original_make = Value.__dict__["make_from_op"]
+    make = _original_make.__func__
+
+    def make_from_op(cls, op, inputs):
+        _last.where = None
+        value = make(cls, op, inputs)
+        if _last.where is not None:
+            _tensor_lines[value] = _last.where
+        return value
+
+    Value.make_from_op = classmethod(make_from_op)
 
 
 def uninstall() -> None:
-    global _original_new
+    global _original_new, _original_make
     from ..ir import build
     if _original_new is not None:
         build._new = _original_new
         _original_new = None
+    if _original_make is not None:
+        from ..autograd import Value
+        Value.make_from_op = _original_make
+        _original_make = None
+        _tensor_lines.clear()
 
 
 @functools.lru_cache(maxsize=4096)
