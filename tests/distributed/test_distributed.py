@@ -27,19 +27,20 @@ def mpiexec() -> str:
     return found
 
 
-def rank_env() -> dict:
+def rank_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_"))}
-    env.update(NEEDLE_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT)
+    env.update(NEEDLE_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT, **extra)
     return env
 
 
-def run_worker(scenario, outdir, ranks=None, dtype="float32"):
+def run_worker(scenario, outdir, ranks=None, dtype="float32", **extra_env):
     """Run the scenario on `ranks` ranks under mpiexec (None: one plain process)."""
     command = [sys.executable, WORKER, scenario, str(outdir), dtype]
     if ranks is not None:
         command = [mpiexec(), "-n", str(ranks)] + command
     started = time.perf_counter()
-    proc = subprocess.run(command, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(command, cwd=ROOT, env=rank_env(**extra_env), capture_output=True, text=True,
+                          timeout=TIMEOUT)
     proc.seconds = time.perf_counter() - started
     return proc
 
@@ -55,27 +56,32 @@ def params(result):
 _reference_cache = {}
 
 
-def reference(tmp_path_factory, scenario, dtype):
+def reference(tmp_path_factory, scenario, dtype, **extra_env):
     """The scenario in one process without mpiexec: a world of one, the whole batch."""
-    key = (scenario, dtype)
+    key = (scenario, dtype, tuple(sorted(extra_env.items())))
     if key not in _reference_cache:
         out = tmp_path_factory.mktemp(f"ref_{scenario}_{dtype}")
-        proc = run_worker(scenario, out, None, dtype)
+        proc = run_worker(scenario, out, None, dtype, **extra_env)
         assert proc.returncode == 0, proc.stderr
         (_reference_cache[key],) = results(out, 1)
         assert _reference_cache[key]["world_size"] == 1
     return _reference_cache[key]
 
 
-@pytest.mark.parametrize("ranks,dtype", [(2, "float32"), (4, "float32"), (4, "float64")])
-def test_mlp_steps_match_one_process_on_the_whole_batch(tmp_path, tmp_path_factory, ranks, dtype):
+MODES = {"lazy": {}, "eager": {"NEEDLE_LAZY": "0"}, "numpy backend": {"NEEDLE_BACKEND": "np"}}
+
+
+@pytest.mark.parametrize("ranks,dtype,mode", [(2, "float32", "lazy"), (4, "float32", "lazy"),
+                                              (4, "float64", "lazy"), (2, "float64", "eager"),
+                                              (2, "float64", "numpy backend")])
+def test_mlp_steps_match_one_process_on_the_whole_batch(tmp_path, tmp_path_factory, ranks, dtype, mode):
     """5 SGD steps on a fixed global batch of 64 split over the ranks give one process's
     losses and parameters: the same sums in another order, so float32 agrees to rounding
     (rtol 1e-5) and float64 to 1e-12; the ranks agree bit for bit (same reduced sums)."""
-    proc = run_worker("mlp", tmp_path, ranks, dtype)
+    proc = run_worker("mlp", tmp_path, ranks, dtype, **MODES[mode])
     assert proc.returncode == 0, proc.stderr
     ranks_out = results(tmp_path, ranks)
-    single = reference(tmp_path_factory, "mlp", dtype)
+    single = reference(tmp_path_factory, "mlp", dtype, **MODES[mode])
     rtol, atol = (1e-5, 1e-6) if dtype == "float32" else (1e-12, 1e-14)
     for out in ranks_out:
         assert out["world_size"] == ranks
