@@ -12,9 +12,11 @@ import numbers
 import math
 from typing import Any, Optional
 
+import numpy as np
+
 from .. import init, ops
 from ..autograd import Tensor
-from ..errors import ArgumentError, ShapeError, fmt_shape
+from ..errors import ArgumentError, IndexingError, ShapeError, fmt_shape
 from .nn_module import Module, Parameter
 
 
@@ -64,6 +66,9 @@ class Linear(Module):
             b = init.kaiming_uniform(out_features, 1, device=device, dtype=dtype, requires_grad=True)
             self.bias = Parameter(b.reshape((1, out_features)))
 
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
     def forward(self, X: Tensor) -> Tensor:
         check_features("Linear", X, self.in_features)
         y = X @ self.weight
@@ -103,14 +108,37 @@ class Softmax(Module):
         super().__init__()
         self.dim = dim
 
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
     def forward(self, x: Tensor) -> Tensor:
         return ops.exp(ops.logsoftmax(x, self.dim))
 
 
 class Sequential(Module):
+    """Modules applied in order; indexes (a slice gives a Sequential), iterates and has
+    len() like PyTorch's.  The course keeps them in `self.modules`."""
+
     def __init__(self, *modules: Module) -> None:
         super().__init__()
         self.modules = modules
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return Sequential(*self.modules[index])
+        try:
+            return self.modules[index]
+        except (IndexError, TypeError):
+            raise IndexingError(f"Sequential: index {index!r} out of range for {len(self.modules)} modules") from None
+
+    def __iter__(self):
+        return iter(self.modules)
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def _repr_children(self):
+        return [(str(i), m) for i, m in enumerate(self.modules)]
 
     def forward(self, x: Tensor) -> Tensor:
         for module in self.modules:
@@ -142,9 +170,32 @@ class SoftmaxLoss(Module):
         if y_shape != (n,):
             raise ShapeError(f"{name}: labels have shape {fmt_shape(y_shape)} but the logits "
                              f"{fmt_shape(logits.shape)} need ({n},)")
-        y_one_hot = init.one_hot(k, y, device=logits.device, dtype=logits.dtype)
-        picked = (logits * y_one_hot).sum((1,))
+        labels = _checked_labels(name, y, k)
+        if isinstance(y, Tensor):  # index with the tensor itself, so a captured step (needle.jit)
+            labels = y             # reads each call's labels; kernels clamp what was not checked
+        picked = ops.gather(logits, (np.arange(n), labels), 0)  # logits[i, y_i]; no dense one-hot
         return (ops.logsumexp(logits, (1,)) - picked).sum() / n
+
+
+def _checked_labels(module: str, y: Any, classes: int) -> np.ndarray:
+    """Class labels (Tensor, array or list; ints or whole floats) as int64 on the host,
+    checked: labels are data the caller already has, so reading them costs no sync.
+    Labels still pending (computed on the device) are not read, and not checked."""
+    if isinstance(y, Tensor):
+        data = y._cached_data
+        if getattr(data, "is_lazy", False) and data.realized is None:
+            return None
+        y = y.realize_cached_data()  # already computed: a look, not a computation
+    values = np.asarray(y.numpy() if hasattr(y, "numpy") else y).reshape(-1)
+    if values.size and np.any(values != np.floor(values)):
+        bad = values[values != np.floor(values)][0]
+        raise ArgumentError(f"{module}: labels must be whole numbers, got {bad}")
+    labels = values.astype(np.int64)
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        bad = labels[(labels < 0) | (labels >= classes)][0]
+        raise IndexingError(f"{module}: label {bad} is out of range for {classes} classes "
+                            f"(labels span [{labels.min()}, {labels.max()}])")
+    return labels
 
 
 class CrossEntropyLoss(SoftmaxLoss):
@@ -182,6 +233,9 @@ class BatchNorm1d(Module):
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype, requires_grad=True))
         self.register_buffer("running_mean", init.zeros(dim, device=device, dtype=dtype))
         self.register_buffer("running_var", init.ones(dim, device=device, dtype=dtype))
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, momentum={self.momentum}"
 
     def forward(self, x: Tensor) -> Tensor:
         name = type(self).__name__
@@ -228,6 +282,9 @@ class LayerNorm1d(Module):
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype, requires_grad=True))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype, requires_grad=True))
 
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
     def forward(self, x: Tensor) -> Tensor:
         check_features("LayerNorm1d", x, self.dim)
         last = len(x.shape) - 1
@@ -248,6 +305,9 @@ class Dropout(Module):
         if not 0 <= p <= 1:
             raise ArgumentError(f"Dropout: p must lie in [0, 1], got {p}")
         self.p = p
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training:

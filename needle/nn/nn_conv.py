@@ -17,9 +17,15 @@ from .nn_module import Module, Parameter
 IntOrPair = Union[int, Tuple[int, int]]
 
 
-def _first(value: IntOrPair) -> int:
-    """The course's Conv accepts (k, k) tuples and uses the first entry."""
-    return value[0] if isinstance(value, tuple) else value
+def _square(what: str, value: IntOrPair) -> int:
+    """Conv takes an integer size (the course's rule); a pair is accepted when both
+    entries agree, and a non-square one is an error rather than silently (k, k)."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2 or value[0] != value[1]:
+            raise ArgumentError(f"Conv: {what} must be one integer (square kernels, as in the course), "
+                                f"got {tuple(value)!r}; non-square kernels are not supported")
+        return value[0]
+    return value
 
 
 def _pair(name: str, value: IntOrPair) -> Tuple[int, int]:
@@ -47,7 +53,7 @@ class Conv(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrPair, stride: IntOrPair = 1,
                  bias: bool = True, device=None, dtype: str = "float32") -> None:
         super().__init__()
-        kernel_size, stride = _first(kernel_size), _first(stride)
+        kernel_size, stride = _square("kernel_size", kernel_size), _square("stride", stride)
         self.in_channels = positive_int("Conv", "in_channels", in_channels)
         self.out_channels = positive_int("Conv", "out_channels", out_channels)
         positive_int("Conv", "kernel_size", kernel_size)
@@ -64,6 +70,10 @@ class Conv(Module):
             bound = 1.0 / fan_in ** 0.5
             self.bias = Parameter(init.rand(out_channels, low=-bound, high=bound, device=device, dtype=dtype,
                                             requires_grad=True))
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, bias={self.bias is not None}")
 
     def forward(self, x: Tensor) -> Tensor:
         check_ndim("Conv", x, 4, "(N, C, H, W)")
@@ -84,6 +94,9 @@ class MaxPool2d(Module):
         super().__init__()
         self.kernel_size = _pair("kernel_size", kernel_size)
         self.stride = self.kernel_size if stride is None else _pair("stride", stride)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}"
 
     def forward(self, x: Tensor) -> Tensor:
         check_ndim("MaxPool2d", x, 4, "(N, C, H, W)")

@@ -63,6 +63,27 @@ def _modules_in(value: Any, seen: set) -> List["Module"]:
     return []
 
 
+def _collect_modules(value: Any, name: str, seen: set, out: list) -> None:
+    """Append (dotted name, module) for `value` and what it holds, depth first."""
+    if isinstance(value, Module):
+        out.append((name, value))
+        for key, item in value.__dict__.items():
+            _collect_children(item, f"{name}.{key}" if name else key, seen, out)
+
+
+def _collect_children(value: Any, name: str, seen: set, out: list) -> None:
+    if isinstance(value, Module):
+        if id(value) not in seen:
+            seen.add(id(value))
+            _collect_modules(value, name, seen, out)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _collect_children(item, f"{name}.{key}", seen, out)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _collect_children(item, f"{name}.{i}", seen, out)
+
+
 class Module:
     """Base class of layers: `__call__` runs `forward`; `train()` / `eval()` switch the
     `training` flag of the whole tree (Dropout and BatchNorm read it)."""
@@ -96,6 +117,38 @@ class Module:
     def parameters(self) -> List[Parameter]:
         """All Parameters of this module and its sub-modules (each once)."""
         return [p for _, p in self.named_parameters()]
+
+    def named_modules(self) -> List[Tuple[str, "Module"]]:
+        """("", self) and every sub-module by dotted name ("0", "0.fn", "layers.1"), each
+        once, parents before children, in attribute order."""
+        out: List[Tuple[str, Module]] = []
+        _collect_modules(self, "", {id(self)}, out)
+        return out
+
+    def named_children(self) -> List[Tuple[str, "Module"]]:
+        """The direct sub-modules by name (a list or tuple attribute gives "name.i")."""
+        children = []
+        for k, v in self.__dict__.items():
+            if isinstance(v, Module):
+                children.append((k, v))
+            elif isinstance(v, (list, tuple)):
+                children.extend((f"{k}.{i}", m) for i, m in enumerate(v) if isinstance(m, Module))
+        return children
+
+    def children(self) -> List["Module"]:
+        return [m for _, m in self.named_children()]
+
+    def to(self, device) -> "Module":
+        """Move every parameter and buffer to `device`, in place (parameters keep their
+        identity, so an optimizer built before still holds them); returns self."""
+        for _, t in self._named_tensors("", {id(self)}, buffers=True):
+            if t.device != device:
+                t.data = Tensor(t.numpy(), device=device, dtype=t.dtype, requires_grad=False)
+                t.grad = None
+        for m in [self] + self._children():
+            if "device" in m.__dict__:
+                object.__setattr__(m, "device", device)
+        return self
 
     def named_buffers(self) -> List[Tuple[str, Tensor]]:
         params = {id(p) for p in self.parameters()}
@@ -166,14 +219,16 @@ class Module:
     def num_parameters(self) -> int:
         return int(sum(np.prod(p.shape) for p in self.parameters()))
 
+    def extra_repr(self) -> str:
+        """The sizes and settings shown inside the repr's parentheses (PyTorch's hook)."""
+        return ""
+
+    def _repr_children(self) -> List[Tuple[str, "Module"]]:
+        return self.named_children()
+
     def __repr__(self) -> str:
-        children = []
-        for k, v in self.__dict__.items():
-            if isinstance(v, Module):
-                children.append((k, v))
-            elif isinstance(v, (list, tuple)):
-                children.extend((f"{k}.{i}", m) for i, m in enumerate(v) if isinstance(m, Module))
+        extra, children = self.extra_repr(), self._repr_children()
         if not children:
-            return f"{type(self).__name__}()"
+            return f"{type(self).__name__}({extra})"
         body = "".join(f"\n  ({k}): " + repr(v).replace("\n", "\n  ") for k, v in children)
-        return f"{type(self).__name__}({body}\n)"
+        return f"{type(self).__name__}({extra + ',' if extra else ''}{body}\n)"

@@ -37,8 +37,9 @@ def _unstack(x: Tensor, axis: int = 0) -> List[Tensor]:
 
 
 class Embedding(Module):
-    """A lookup table: integer ids (as floats or ints) of any shape -> vectors, computed as
-    one_hot(ids) @ weight so that the gradient reaches the weight by matmul."""
+    """A lookup table: integer ids (as floats or ints) of any shape -> vectors, a gather
+    of the weight's rows (its gradient is a scatter_add of the rows' gradients).  Ids
+    are never read back: out-of-range ones are clamped by the kernel."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, device=None, dtype: str = "float32") -> None:
         super().__init__()
@@ -47,11 +48,11 @@ class Embedding(Module):
         self.weight = Parameter(init.randn(num_embeddings, embedding_dim, device=device, dtype=dtype,
                                            requires_grad=True))
 
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
     def forward(self, x: Tensor) -> Tensor:
-        count = math.prod(x.shape)
-        one_hot = init.one_hot(self.num_embeddings, x, device=self.weight.device, dtype=self.weight.dtype)
-        out = one_hot.reshape((count, self.num_embeddings)) @ self.weight
-        return out.reshape(tuple(x.shape) + (self.embedding_dim,))
+        return ops.gather(self.weight, x, 0)
 
 
 class RNNCell(Module):

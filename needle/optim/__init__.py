@@ -14,6 +14,7 @@ parameter's dtype: updates are cast back if a gradient arrives in another dtype.
 """
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from typing import Dict, Iterable, List
 
 import functools
@@ -24,7 +25,7 @@ from ..errors import ArgumentError, DTypeError
 from ..realize import realize
 from ..runtime import realize_later
 
-__all__ = ["Optimizer", "SGD", "Adam", "RMSprop", "lr_scheduler"]
+__all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "RMSprop", "lr_scheduler"]
 
 
 class Optimizer:
@@ -68,6 +69,71 @@ class Optimizer:
 
     zero_grad = reset_grad
 
+    # ---- PyTorch-shaped views: param_groups, state_dict ---------------------------------
+    #: per-parameter state dicts ({index: Tensor}) and hyperparameters, by attribute name
+    _state_names: tuple = ()
+    _hyper_names: tuple = ("lr",)
+
+    @property
+    def param_groups(self) -> List["ParamGroup"]:
+        """One group holding every parameter, as PyTorch's list of dicts: a live view,
+        so `opt.param_groups[0]["lr"] = x` sets `opt.lr` and the other way round."""
+        return [ParamGroup(self)]
+
+    def state_dict(self) -> dict:
+        """{"state": {param index: {name: Tensor}}, "param_groups": [{hyperparameters,
+        "params": [indices]}]} — PyTorch's layout; the tensors are detached snapshots
+        (later steps make new tensors, so the snapshot stays as it was)."""
+        state: Dict[int, dict] = {}
+        for name in self._state_names:
+            for index, tensor in getattr(self, name).items():
+                state.setdefault(index, {})[name] = tensor.detach()
+        for entry in state.values():
+            entry.update(self._scalar_state())
+        group = {key: self.param_groups[0][key] for key in self._hyper_names}
+        group["params"] = list(range(len(self.params)))
+        return {"state": state, "param_groups": [group]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore what `state_dict()` returned (also after needle.save / needle.load),
+        so training resumes exactly.  Everything is checked before anything is set."""
+        name = type(self).__name__
+        try:
+            groups, state = state_dict["param_groups"], state_dict["state"]
+        except (KeyError, TypeError):
+            raise ArgumentError(f"{name}.load_state_dict: expected a dict with 'state' and 'param_groups', "
+                                f"as state_dict() returns") from None
+        if len(groups) != 1 or len(groups[0].get("params", ())) != len(self.params):
+            raise ArgumentError(f"{name}.load_state_dict: the state is for {sum(len(g.get('params', ())) for g in groups)}"
+                                f" parameters in {len(groups)} group(s); this optimizer has {len(self.params)} in one")
+        restored = {n: {} for n in self._state_names}
+        for index, entry in state.items():
+            index = int(index)
+            if not 0 <= index < len(self.params):
+                raise ArgumentError(f"{name}.load_state_dict: state for parameter {index}, but there are "
+                                    f"{len(self.params)}")
+            param = self.params[index]
+            for key, value in entry.items():
+                if key not in restored:
+                    continue
+                array = value.numpy() if isinstance(value, Tensor) else value
+                if tuple(getattr(array, "shape", ())) != tuple(param.shape):
+                    raise ArgumentError(f"{name}.load_state_dict: {key!r} of parameter {index} has shape "
+                                        f"{tuple(array.shape)}, the parameter {tuple(param.shape)}")
+                restored[key][index] = Tensor(array, device=param.device, dtype=param.dtype, requires_grad=False)
+        for key in self._hyper_names:
+            if key in groups[0]:
+                self.param_groups[0][key] = groups[0][key]
+        for key, tensors in restored.items():
+            setattr(self, key, tensors)
+        self._load_scalar_state([entry for entry in state.values()])
+
+    def _scalar_state(self) -> dict:
+        return {}
+
+    def _load_scalar_state(self, entries: list) -> None:
+        pass
+
     # ---- for subclasses -----------------------------------------------------------------
     def _begin_step(self) -> None:
         """Hook run once per step before the per-parameter updates (Adam's t += 1)."""
@@ -78,6 +144,53 @@ class Optimizer:
     def state_tensors(self) -> List[Tensor]:
         """Every tensor of optimizer state (momentum buffers, moments)."""
         return []
+
+
+class ParamGroup(MutableMapping):
+    """`optimizer.param_groups[0]`: "params" and the hyperparameters, read from and
+    written to the optimizer's attributes ("betas" is Adam's (beta1, beta2))."""
+
+    def __init__(self, optimizer: Optimizer):
+        self._optimizer = optimizer
+
+    def _keys(self) -> tuple:
+        return ("params",) + self._optimizer._hyper_names
+
+    def __getitem__(self, key):
+        opt = self._optimizer
+        if key not in self._keys():
+            raise KeyError(key)
+        if key == "params":
+            return opt.params
+        if key == "betas":
+            return (opt.beta1, opt.beta2)
+        return getattr(opt, key)
+
+    def __setitem__(self, key, value) -> None:
+        opt = self._optimizer
+        if key not in self._keys():
+            raise KeyError(f"{type(opt).__name__} has no hyperparameter {key!r}; it has {', '.join(self._keys())}")
+        if key == "params":
+            opt.params = _parameter_list(type(opt).__name__, value)
+        elif key == "betas":
+            opt.beta1, opt.beta2 = (_number(type(opt).__name__, "beta", b, 0.0, 1.0) for b in value)
+        elif isinstance(value, bool) or key == "centered":
+            setattr(opt, key, value)
+        else:
+            setattr(opt, key, _number(type(opt).__name__, key, value, low=0.0))
+
+    def __delitem__(self, key) -> None:
+        raise KeyError(f"param_groups: {key!r} cannot be removed")
+
+    def __iter__(self):
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{k!r}: {self[k]!r}" if k != "params" else f"'params': [{len(self[k])} tensors]"
+                               for k in self) + "}"
 
 
 def _state_computed_after(step):
@@ -146,6 +259,9 @@ class SGD(Optimizer):
     gradients, not PyTorch's `u = momentum * u + grad`.
     """
 
+    _state_names = ("u",)
+    _hyper_names = ("lr", "momentum", "weight_decay")
+
     def __init__(self, params: Iterable[Tensor], lr: float = 0.01, momentum: float = 0.0,
                  weight_decay: float = 0.0):
         super().__init__(params, lr)
@@ -175,6 +291,15 @@ class Adam(Optimizer):
         m = beta1 m + (1 - beta1) grad ;  v = beta2 v + (1 - beta2) grad^2
         p = p - lr * m_hat / (sqrt(v_hat) + eps),  m_hat = m / (1 - beta1^t), v_hat likewise
     """
+
+    _state_names = ("m", "v")
+    _hyper_names = ("lr", "betas", "eps", "weight_decay")
+
+    def _scalar_state(self) -> dict:
+        return {"step": self.t}
+
+    def _load_scalar_state(self, entries: list) -> None:
+        self.t = max([int(e.get("step", 0)) for e in entries], default=0)
 
     def __init__(self, params: Iterable[Tensor], lr: float = 0.01, beta1: float = 0.9,
                  beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0):
@@ -213,6 +338,9 @@ class RMSprop(Optimizer):
         avg = sqrt(square_avg) + eps      (centered: sqrt(square_avg - grad_avg^2) + eps)
         p = p - lr * grad / avg           (momentum: buf = momentum buf + grad / avg; p -= lr buf)
     """
+
+    _state_names = ("square_avg", "grad_avg", "buf")
+    _hyper_names = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered")
 
     def __init__(self, params: Iterable[Tensor], lr: float = 0.01, alpha: float = 0.99,
                  eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0,
