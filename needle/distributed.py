@@ -27,7 +27,8 @@ copies them from the root, and `all_reduce(t, "mean")` averages them when wanted
 Faults: once `init()` joined a world of several ranks, an uncaught exception on
 any rank prints its traceback and calls `MPI.COMM_WORLD.Abort(1)`, which ends
 every rank with a non-zero status instead of leaving the others waiting forever
-in a collective.  `sys.exit(code)` on one rank is not an exception Python reports,
+in a collective (under a launcher, importing this module already arms that for
+failures before `init()`).  `sys.exit(code)` on one rank is not an exception Python reports,
 so raise instead, or wrap the code that may fail in `with dist.abort_on_error():`.
 """
 from __future__ import annotations
@@ -133,6 +134,29 @@ def abort_on_error():
               f"aborting all {world.size} ranks", file=sys.stderr, flush=True)
         sys.stdout.flush()
         world.comm.Abort(1)
+
+
+def _abort_all_ranks_on_uncaught_exception_before_init() -> None:
+    """A rank that fails before `init()` would leave the others waiting in MPI_Init or
+    their first collective (mpiexec does not end them): join the world, then abort it."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        if _WORLD is None:  # after init(), init's own hook (which wraps this one) aborts
+            try:
+                init()
+            except Exception:  # noqa: BLE001 - no mpi4py: nothing more can be done
+                return
+            if _WORLD.size > 1:
+                sys.stderr.flush()
+                _WORLD.comm.Abort(1)
+
+    sys.excepthook = hook
+
+
+if launched_by_mpi():
+    _abort_all_ranks_on_uncaught_exception_before_init()
 
 
 def _world() -> _World:
@@ -317,13 +341,12 @@ def average_gradients(params) -> None:
     for dtype, group in _by_dtype(params).items():
         sizes = [int(np.prod(p.shape)) for p in group]
         total = sum(sizes)
-        buf = np.zeros(total + len(group), dtype=dtype)  # gradients, then one has-gradient flag each
+        buf = np.empty(total + len(group), dtype=dtype)  # gradients, then one has-gradient flag each
         offset = 0
         for i, (p, n) in enumerate(zip(group, sizes)):
             g = getattr(p, "grad", None)
-            if g is not None:
-                buf[offset:offset + n] = g.numpy().reshape(-1)
-                buf[total + i] = 1
+            buf[offset:offset + n] = 0 if g is None else g.numpy().reshape(-1)
+            buf[total + i] = g is not None
             offset += n
         world.comm.Allreduce(mpi.IN_PLACE, buf, op=mpi.SUM)
         flags = buf[total:]

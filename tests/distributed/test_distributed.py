@@ -125,10 +125,12 @@ def test_batchnorm_running_statistics_are_per_rank(tmp_path):
 @pytest.mark.parametrize("scenario,message", [
     ("raise", "deliberate failure on rank 1"),
     ("exit", "rank 0 failed (SystemExit: 2)"),
+    ("raise_before_init", "deliberate failure on rank 1 before init"),
 ])
 def test_a_failing_rank_ends_every_rank(tmp_path, scenario, message):
-    """One rank raises (or exits inside abort_on_error) while the other waits in a
-    collective: every rank ends, non-zero, instead of hanging until the timeout."""
+    """One rank raises (before or after init, or exits inside abort_on_error) while the
+    other waits in MPI_Init or a collective: every rank ends, non-zero, instead of
+    hanging until the timeout."""
     proc = run_worker(scenario, tmp_path, 2)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr

@@ -114,6 +114,9 @@ def scenario_mismatch(dtype):
     return dict(finished=np.array(1))
 
 
+scenario_raise_before_init = scenario_raise  # rank 1 fails in main() before dist.init()
+
+
 def scenario_exit(dtype):
     np.random.seed(0)
     model = nn.Sequential(nn.Linear(FEATURES, CLASSES, dtype=dtype))
@@ -127,6 +130,8 @@ def scenario_exit(dtype):
 def main():
     scenario, outdir = sys.argv[1], sys.argv[2]
     dtype = sys.argv[3] if len(sys.argv) > 3 else "float32"
+    if scenario == "raise_before_init" and os.environ.get("PMI_RANK") == "1":
+        raise RuntimeError("deliberate failure on rank 1 before init")
     dist.init()
     result = globals()["scenario_" + scenario](dtype)
     np.savez(os.path.join(outdir, f"rank{dist.rank()}.npz"), world_size=dist.world_size(), **result)
