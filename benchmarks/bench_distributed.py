@@ -141,7 +141,8 @@ def main() -> None:
             results.append(r)
             eff = f"{r['efficiency']:.0%}" if r["efficiency"] is not None else "-"
             print(f"{name:<9} {ranks:>5} {batch:>6} {r['grad_mb']:>8.2f} {r['step_ms']:>9.2f} "
-                  f"{r['comm_ms']:>8.3f} {r['wait_ms']:>8.3f} {r['samples_per_s']:>10.0f} {eff:>10}", flush=True)
+                  f"{r['comm_ms']:>8.3f} {r['wait_ms']:>8.3f} {r['samples_per_s']:>10.0f} {eff:>10}",
+                  flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(cores=os.cpu_count(), results=results), f, indent=2)

@@ -46,7 +46,8 @@ from .errors import ArgumentError, DTypeError, NeedleError, fmt_shape
 from .realize import realize
 
 __all__ = ["DistributedError", "init", "is_initialized", "rank", "world_size", "barrier",
-           "all_reduce", "broadcast", "broadcast_parameters", "average_gradients", "abort_on_error", "launched_by_mpi"]
+           "all_reduce", "broadcast", "broadcast_parameters", "average_gradients", "abort_on_error",
+           "launched_by_mpi"]
 
 INSTALL_HINT = "pip install 'needle[distributed]'  (or: pip install mpi4py mpich)"
 

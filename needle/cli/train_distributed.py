@@ -58,7 +58,8 @@ class DataParallel:
                                        device=device)
         rows = slice(self.rank, None, self.size)  # this rank's test examples, disjoint from the others'
         self.test_count = len(range(len(test_set))[rows])
-        self.test_loader = DataLoader(NDArrayDataset(*(a[rows] for a in test_set.arrays)), 1000, device=device)
+        test_shard = NDArrayDataset(*(a[rows] for a in test_set.arrays))
+        self.test_loader = DataLoader(test_shard, 1000, device=device)
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)

@@ -144,7 +144,10 @@ class DataLoader:
 
 def _is_batch(batch, count: int) -> bool:
     """Whether `batch` (what dataset[index_array] returned) holds `count` rows in every field."""
-    fields = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else (batch,)
+    if isinstance(batch, dict):
+        fields = list(batch.values())
+    else:
+        fields = batch if isinstance(batch, (tuple, list)) else (batch,)
     try:
         return all(np.ndim(f) >= 1 and len(f) == count for f in fields)
     except TypeError:

@@ -28,14 +28,16 @@ class DistributedSampler:
     def __init__(self, dataset, num_replicas: Optional[int] = None, rank: Optional[int] = None,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
         if not hasattr(dataset, "__len__"):
-            raise ArgumentError(f"DistributedSampler: the dataset must have a length, got {type(dataset).__name__}")
+            raise ArgumentError(f"DistributedSampler: the dataset must have a length, "
+                                f"got {type(dataset).__name__}")
         if num_replicas is None or rank is None:
             from .. import distributed
             num_replicas = distributed.world_size() if num_replicas is None else num_replicas
             rank = distributed.rank() if rank is None else rank
-        if isinstance(num_replicas, bool) or not isinstance(num_replicas, (int, np.integer)) or num_replicas < 1:
-            raise ArgumentError(f"DistributedSampler: num_replicas must be a positive integer, got {num_replicas!r}")
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < num_replicas:
+        if not _is_int(num_replicas) or num_replicas < 1:
+            raise ArgumentError(f"DistributedSampler: num_replicas must be a positive integer, "
+                                f"got {num_replicas!r}")
+        if not _is_int(rank) or not 0 <= rank < num_replicas:
             raise ArgumentError(f"DistributedSampler: rank must be in [0, {num_replicas}), got {rank!r}")
         self.dataset = dataset
         self.num_replicas, self.rank = int(num_replicas), int(rank)
@@ -70,3 +72,7 @@ class DistributedSampler:
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)

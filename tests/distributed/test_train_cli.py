@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from test_distributed import ROOT, mpiexec, pytestmark, rank_env  # noqa: F401  (skip without mpi4py)
 
@@ -73,7 +72,8 @@ def test_example_script_under_two_ranks(tmp_path):
     proc = subprocess.run(command, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("epoch 1/2: mean loss") and lines[0].endswith("over 256 examples on 2 processes")
+    assert lines[0].startswith("epoch 1/2: mean loss")
+    assert lines[0].endswith("over 256 examples on 2 processes")
     losses = [float(line.split("mean loss ")[1].split()[0]) for line in lines[:2]]
     assert losses[1] < losses[0]
     assert lines[2] == "weights identical on every rank: True" and len(lines) == 3
