@@ -30,7 +30,7 @@ def _build():
     return build
 
 
-def _run(op: str, make_node, numpy_fn, first, arrays):
+def _run(make_node, numpy_fn, first, arrays):
     """One indexing primitive on any array type: numpy (the np backend), a lazy array
     (records the node), or an NDArray (a compiled kernel, or numpy on cpu_numpy())."""
     if A._np(first):
@@ -52,7 +52,7 @@ class Gather(TensorOp):
         self.axis = axis
 
     def compute(self, a, *indices):
-        return _run("gather", lambda x, ix: _build().gather(x, ix, self.axis),
+        return _run(lambda x, ix: _build().gather(x, ix, self.axis),
                     lambda x, ix: NK.gather(x, ix, self.axis), a, indices)
 
     def gradient(self, out_grad, node):
@@ -70,7 +70,7 @@ class ScatterAdd(TensorOp):
         self.sizes = tuple(int(n) for n in sizes)
 
     def compute(self, values, *indices):
-        return _run("scatter_add", lambda x, ix: _build().scatter_add(x, ix, self.axis, self.sizes),
+        return _run(lambda x, ix: _build().scatter_add(x, ix, self.axis, self.sizes),
                     lambda x, ix: NK.scatter_add(x, ix, self.axis, self.sizes), values, indices)
 
     def gradient(self, out_grad, node):
