@@ -104,3 +104,16 @@ def test_lazy_setitem_with_index_arrays_says_what_to_do():
     lazy = as_lazy(ndl.Tensor(np.zeros((3, 2), np.float32)).realize_cached_data()) * 1
     with pytest.raises(IndexError, match="scatter_add"):
         lazy[[0, 2]] = 1.0
+
+
+def test_lazy_setitem_after_a_read_is_refused():
+    from needle.ir.lazy import as_lazy
+    lazy = as_lazy(ndl.Tensor(np.zeros((3, 2), np.float32)).realize_cached_data()) * 1
+    total = lazy + 1  # reads the old value
+    with pytest.raises(ValueError, match="already read"):
+        lazy[0] = 5.0
+    lazy2 = lazy * 1
+    lazy2[0] = 5.0
+    lazy2[1, 0] = 6.0  # a written array can be written again
+    np.testing.assert_array_equal(lazy2.numpy(), [[5, 5], [6, 0], [0, 0]])
+    np.testing.assert_array_equal(total.numpy(), np.ones((3, 2)))

@@ -24,7 +24,10 @@ ORIGIN = _Origin()
 
 
 def _new(op, srcs, arg, shape, dtype, device):
-    return lazy.LazyArray(op, tuple(srcs), arg, tuple(shape), dtype, device, ORIGIN.name)
+    srcs = tuple(srcs)
+    for s in srcs:
+        s.consumed = True
+    return lazy.LazyArray(op, srcs, arg, tuple(shape), dtype, device, ORIGIN.name)
 
 
 # ---- loads ------------------------------------------------------------------------------------

@@ -193,6 +193,9 @@ class LazyArray(Node, ArrayOperators):
                    (isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool)) for i in items):
             raise IndexError(f"setitem on a lazy array takes ints, slices, None and ... (got {idxs!r}); for index "
                              "arrays build the result with needle.ops.scatter_add / select on Tensors instead")
+        if self.consumed:
+            raise ValueError("setitem: this lazy array was already read by another op, which must keep seeing "
+                             "the old value; write into it before reading it, or write into a copy (x = x * 1)")
         index, drop, new_axes = _basic_index(self.shape, idxs)
         target = tuple(len(range(*ix)) for ix in index)
         view_shape = _final_shape(target, drop, new_axes)
@@ -216,6 +219,7 @@ class LazyArray(Node, ArrayOperators):
         written = build.elementwise("ne", written, build.const(0, self.shape, self.dtype, self.device))
         new = build.elementwise("where", written, placed, old)
         self.op, self.srcs, self.arg = new.op, new.srcs, new.arg
+        old.consumed, self.consumed = True, False  # new is a fresh node: nothing reads it yet
 
     # ---- data -------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:

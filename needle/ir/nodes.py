@@ -57,7 +57,7 @@ class Node:
     """One IR node.  `arg` holds the op's static parameter (axes, shape, value,
     the NDArray of a buffer, ...); `origin` names the frontend op it came from."""
 
-    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "origin", "uid", "__weakref__")
+    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "origin", "uid", "consumed", "__weakref__")
 
     def __init__(self, op: str, srcs: tuple, arg, shape: tuple, dtype: str, device, origin: str = ""):
         self.op = op
@@ -68,6 +68,7 @@ class Node:
         self.device = device
         self.origin = origin
         self.uid = next(_ids)
+        self.consumed = False  # read by a node built later (lazy setitem must not rewrite it)
 
     __hash__ = object.__hash__  # identity (LazyArray overloads == elementwise)
 

@@ -93,7 +93,7 @@ class ArgMax(TensorOp):
         shape = [1] * a.ndim
         shape[axis] = n
         rank = np.arange(n, 0, -1, dtype=np.dtype(str(a.dtype))).reshape(shape)
-        rank = _like(a, np.broadcast_to(rank, a.shape))
+        rank = A.broadcast_to(_like(a, rank), a.shape)  # n, n-1, ..., 1 along the axis
         best = A.amax(hit * rank, axis=axis, keepdims=self.keepdims and self.axis is not None)
         return A.astype(n - best, "int64")
 
@@ -106,7 +106,7 @@ def _like(a, array: np.ndarray):
     if A._np(a):
         return array
     from ..backend_ndarray.ndarray import NDArray
-    out = NDArray(np.ascontiguousarray(array), device=a.device, dtype=a.dtype)
+    out = NDArray(array, device=a.device, dtype=a.dtype)
     if getattr(a, "is_lazy", False):
         from ..ir.lazy import as_lazy
         return as_lazy(out)
