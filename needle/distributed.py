@@ -241,8 +241,8 @@ def broadcast(t: Tensor, root: int = 0) -> Tensor:
 # ---- modules and gradients ----------------------------------------------------------------
 def _named_state(module) -> List[Tuple[str, Tensor]]:
     """(name, tensor) for a Module's parameters and buffers, or for a list of tensors."""
-    if hasattr(module, "named_parameters") and hasattr(module, "_named_tensors"):
-        return list(module._named_tensors("", {id(module)}, buffers=True))
+    if hasattr(module, "named_parameters") and hasattr(module, "named_buffers"):
+        return list(module.named_parameters()) + list(module.named_buffers())
     try:
         tensors = list(module)
     except TypeError:
