@@ -19,6 +19,13 @@ def _is_scalar(x) -> bool:
     return isinstance(x, (numbers.Number, numpy.number)) and not isinstance(x, (bool, complex))
 
 
+def _check_sub(a, b) -> None:
+    """`a - b` is built as add(a, negate(b)); bad shapes are still reported as `sub`."""
+    if a.shape != b.shape:
+        from .backend_ndarray import broadcast_shapes
+        broadcast_shapes("sub", a.shape, b.shape)
+
+
 class TensorMethods:
     __slots__ = ()
 
@@ -38,12 +45,16 @@ class TensorMethods:
         if _is_scalar(other):
             return _ops().add_scalar(self, -other)
         # the course builds a - b as add(a, negate(b)); its topological-order tests count on it
-        return _ops().add(self, _ops().negate(self._other(other)))
+        other = self._other(other)
+        _check_sub(self, other)
+        return _ops().add(self, _ops().negate(other))
 
     def __rsub__(self, other):
         if _is_scalar(other):
             return _ops().add_scalar(_ops().negate(self), other)
-        return _ops().add(self._other(other), _ops().negate(self))
+        other = self._other(other)
+        _check_sub(other, self)
+        return _ops().add(other, _ops().negate(self))
 
     def __mul__(self, other):
         if _is_scalar(other):

@@ -215,6 +215,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adam",
                         help="optimizer (default: adam)")
     parser.add_argument("--hidden", type=int, default=128, metavar="H", help="hidden units of mlp (default: 128)")
+    parser.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
+                        help="learning rate over the epochs: cosine annealing to 0, or constant (default: cosine)")
     parser.add_argument("--device", choices=tuple(DEVICES), default="cpu", help="device (default: cpu)")
     parser.add_argument("--eager", action="store_true", help="run eagerly (needle.lazy(False))")
     parser.add_argument("--limit", type=int, default=None, metavar="N",
@@ -272,6 +274,9 @@ def run(args: argparse.Namespace) -> dict:
           f"({args.optimizer}, lr {opt.lr:g}, batch {args.batch_size}, {args.device}, "
           f"{'eager' if args.eager or not autograd.LAZY_MODE else 'lazy'})", flush=True)
     history = []
+    # cosine: epoch e (from 0) trains at lr * (1 + cos(pi * e / epochs)) / 2; one epoch is plain lr
+    scheduler = optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs) \
+        if getattr(args, "schedule", "constant") == "cosine" else None
     start = time.perf_counter()
     with mode:
         for epoch in range(1, args.epochs + 1):
@@ -286,6 +291,8 @@ def run(args: argparse.Namespace) -> dict:
             if parallel is not None:
                 train_loss, train_acc, test_loss, test_acc = parallel.combine(train_loss, train_acc,
                                                                               test_loss, test_acc)
+            if scheduler is not None:
+                scheduler.step()
             seconds = time.perf_counter() - t0
             history.append(dict(epoch=epoch, train_loss=train_loss, train_acc=train_acc,
                                 test_loss=test_loss, test_acc=test_acc, seconds=seconds))

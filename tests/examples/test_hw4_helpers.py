@@ -1,7 +1,9 @@
 """hw4's helpers in examples/simple_ml.py (train/evaluate on CIFAR-10 and PTB) and the
 Transformer LanguageModel in examples/models.py, on small files written here in the real
 formats.  References: softmax cross-entropy and SGD written in numpy here, and the loop's
-contract from the course (seed 4 first, chunks of seq_len, per-sample averages)."""
+contract from the course (seed 4 first, chunks of seq_len, per-sample averages).
+What is tested is the loops, so most tests run numpy op by op (cpu_numpy): compiling
+kernels for every model here would dominate the suite's time."""
 import pickle
 
 import numpy as np
@@ -11,6 +13,8 @@ import needle as ndl
 import needle.nn as nn
 from examples import simple_ml
 from examples.models import LanguageModel
+
+DEV = ndl.cpu_numpy()
 
 
 def softmax_ce(logits, labels):
@@ -34,7 +38,7 @@ class LinearClassifier(nn.Module):
     def __init__(self):
         super().__init__()
         self.flatten = nn.Flatten()
-        self.linear = nn.Linear(3072, 10, dtype="float32")
+        self.linear = nn.Linear(3072, 10, dtype="float32", device=DEV)
 
     def forward(self, x):
         return self.linear(self.flatten(x))
@@ -42,7 +46,7 @@ class LinearClassifier(nn.Module):
 
 def test_evaluate_cifar10_averages_per_sample(cifar_dir):
     ds = ndl.data.CIFAR10Dataset(cifar_dir, train=False)
-    loader = ndl.data.DataLoader(ds, batch_size=2)  # batches of 2, 2, 1: a plain batch mean would differ
+    loader = ndl.data.DataLoader(ds, batch_size=2, device=DEV)  # batches of 2, 2, 1: a plain batch mean would differ
     model = LinearClassifier()
     acc, loss = simple_ml.evaluate_cifar10(model, loader)
     assert not model.training
@@ -56,7 +60,7 @@ def test_evaluate_cifar10_averages_per_sample(cifar_dir):
 
 def test_train_cifar10_is_minibatch_sgd(cifar_dir):
     ds = ndl.data.CIFAR10Dataset(cifar_dir, train=True)  # 11 images
-    loader = ndl.data.DataLoader(ds, batch_size=4)
+    loader = ndl.data.DataLoader(ds, batch_size=4, device=DEV)
     model = LinearClassifier()
     W = model.linear.weight.numpy().astype(np.float64)
     b = model.linear.bias.numpy().astype(np.float64)
@@ -97,14 +101,14 @@ class LookupLM(nn.Module):
 
     def __init__(self, vocab):
         super().__init__()
-        self.table = nn.Parameter(ndl.Tensor(np.random.randn(vocab, vocab).astype(np.float32)))
+        self.table = nn.Parameter(ndl.Tensor(np.random.randn(vocab, vocab).astype(np.float32), device=DEV))
         self.calls = []
 
     def forward(self, x, h=None):
         self.calls.append((x.numpy().copy(), h))
         T, B = x.shape
-        one_hot = ndl.init.one_hot(self.table.shape[0], x.reshape((T * B,)))
-        state = ndl.Tensor(np.full((1, B), len(self.calls), dtype=np.float32)) * 1
+        one_hot = ndl.init.one_hot(self.table.shape[0], x.reshape((T * B,)), device=DEV)
+        state = ndl.Tensor(np.full((1, B), len(self.calls), dtype=np.float32), device=DEV) * 1
         return one_hot @ self.table, state
 
 
@@ -113,7 +117,7 @@ def test_evaluate_ptb_chunks_state_and_averages(ptb_dir):
     data = ndl.data.batchify(corpus.train, 3, ndl.cpu(), "float32")
     nbatch = data.shape[0]
     model = LookupLM(len(corpus.dictionary))
-    acc, loss = simple_ml.evaluate_ptb(model, data, seq_len=7)
+    acc, loss = simple_ml.evaluate_ptb(model, data, seq_len=7, device=DEV)
     starts = list(range(0, nbatch - 1, 7))
     assert len(model.calls) == len(starts)
     for k, (i, (x, h)) in enumerate(zip(starts, model.calls)):
@@ -129,16 +133,16 @@ def test_evaluate_ptb_chunks_state_and_averages(ptb_dir):
     assert loss == pytest.approx(softmax_ce(logits, targets).mean(), rel=1e-5)
 
 
-@pytest.mark.parametrize("seq_model", ["rnn", "transformer"])
-def test_train_ptb_lowers_the_loss(ptb_dir, seq_model):
+@pytest.mark.parametrize("seq_model, device", [("rnn", DEV), ("transformer", DEV)], ids=str)
+def test_train_ptb_lowers_the_loss(ptb_dir, seq_model, device):
     corpus = ndl.data.Corpus(ptb_dir)
-    data = ndl.data.batchify(corpus.train, 4, ndl.cpu(), "float32")
+    data = ndl.data.batchify(corpus.train, 4, device, "float32")
     np.random.seed(0)
-    model = LanguageModel(8, len(corpus.dictionary), 8, num_layers=1, seq_model=seq_model, seq_len=6)
-    _, before = simple_ml.evaluate_ptb(model, data, seq_len=6)
-    optimizer = ndl.optim.Adam
-    acc, last = simple_ml.train_ptb(model, data, seq_len=6, n_epochs=3, optimizer=optimizer, lr=0.05, clip=5.0)
-    _, after = simple_ml.evaluate_ptb(model, data, seq_len=6)
+    model = LanguageModel(8, len(corpus.dictionary), 8, num_layers=1, seq_model=seq_model, seq_len=6, device=device)
+    _, before = simple_ml.evaluate_ptb(model, data, seq_len=6, device=device)
+    acc, last = simple_ml.train_ptb(model, data, seq_len=6, n_epochs=3, optimizer=ndl.optim.Adam, lr=0.05, clip=5.0,
+                                    device=device)
+    _, after = simple_ml.evaluate_ptb(model, data, seq_len=6, device=device)
     assert 0 <= acc <= 1 and np.isfinite(last)
     assert after < 0.8 * before
 
