@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -96,8 +95,8 @@ def worker(name: str, steps: int) -> None:
 
 # ---- the driver ----------------------------------------------------------------------------
 def launcher() -> str:
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    found = beside if os.path.exists(beside) else shutil.which("mpiexec")
+    from needle.distributed import mpiexec_path
+    found = mpiexec_path()
     if not found:
         sys.exit("bench_distributed: mpiexec not found; pip install 'needle[distributed]'")
     return found

@@ -47,7 +47,7 @@ from .realize import realize
 
 __all__ = ["DistributedError", "init", "is_initialized", "rank", "world_size", "barrier",
            "all_reduce", "broadcast", "broadcast_parameters", "average_gradients", "abort_on_error",
-           "launched_by_mpi"]
+           "launched_by_mpi", "mpiexec_path"]
 
 INSTALL_HINT = "pip install 'needle[distributed]'  (or: pip install mpi4py mpich)"
 
@@ -75,6 +75,28 @@ _WORLD: Optional[_World] = None
 def launched_by_mpi() -> bool:
     """True when an MPI launcher (mpiexec, mpirun, srun) started this process."""
     return any(name in os.environ for name in _LAUNCHER_VARIABLES)
+
+
+def mpiexec_path() -> Optional[str]:
+    """The `mpiexec` of the MPICH wheel (the one mpi4py runs with), else one beside this
+    Python or on PATH; None if there is none.  Another MPI's launcher on PATH (Open MPI's
+    refuses to run as root) is taken only when the wheel's cannot be found."""
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+        for f in distribution("mpich").files or ():
+            if f.name == "mpiexec" and f.parent.name == "bin":
+                path = os.path.abspath(str(f.locate()))
+                if os.path.isfile(path):
+                    return path
+    except (ImportError, PackageNotFoundError):
+        pass
+    import shutil
+    import sysconfig
+    for folder in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        path = os.path.join(folder, "mpiexec")
+        if os.path.isfile(path):
+            return path
+    return shutil.which("mpiexec")
 
 
 def _import_mpi():

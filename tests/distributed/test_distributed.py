@@ -2,7 +2,6 @@
 checked against one process training on the whole batch; faults end every rank."""
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 
@@ -19,9 +18,9 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
 
 
 def mpiexec() -> str:
-    """The MPICH launcher next to this python (where the mpich wheel puts it), else on PATH."""
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    found = beside if os.path.exists(beside) else shutil.which("mpiexec")
+    """The MPICH wheel's launcher (needle.distributed.mpiexec_path finds it)."""
+    from needle.distributed import mpiexec_path
+    found = mpiexec_path()
     assert found, "mpi4py is installed but mpiexec is not: pip install mpich"
     return found
 

@@ -108,3 +108,11 @@ def test_sampler_defaults_to_the_world(fresh_world):
     np.testing.assert_array_equal(list(sampler), np.random.RandomState(5).permutation(10))
     (batch,) = next(iter(DataLoader(ds, 10, sampler=sampler)))
     np.testing.assert_array_equal(batch.numpy(), np.random.RandomState(5).permutation(10))
+
+
+def test_mpiexec_path_finds_the_mpich_launcher():
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'needle[distributed]')")
+    path = dist.mpiexec_path()
+    assert path is not None and os.path.basename(path) == "mpiexec" and os.access(path, os.X_OK)
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    assert "HYDRA" in version.stdout  # MPICH's launcher, not Open MPI's
