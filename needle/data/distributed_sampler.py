@@ -22,11 +22,18 @@ class DistributedSampler:
     With a per-rank batch size b, step k's global batch (all ranks' k-th batches) is
     positions [k*b*R, (k+1)*b*R) of the permutation: exactly the batch one process
     with batch size b*R would take.  Call `set_epoch(e)` before each epoch for a new
-    permutation (as in PyTorch).  `num_replicas` and `rank` default to the world's.
+    permutation (as in PyTorch).  `num_replicas` and `rank` default to the world's
+    (PyTorch takes them second and third; here they come after `shuffle, seed`).
     """
 
-    def __init__(self, dataset, num_replicas: Optional[int] = None, rank: Optional[int] = None,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
+    def __init__(self, dataset, shuffle: bool = True, seed: int = 0, num_replicas: Optional[int] = None,
+                 rank: Optional[int] = None, drop_last: bool = False) -> None:
+        if not isinstance(shuffle, (bool, np.bool_)):  # PyTorch's order: (dataset, num_replicas, rank)
+            raise ArgumentError(f"DistributedSampler: shuffle must be True or False, got {shuffle!r} "
+                                "(arguments are (dataset, shuffle, seed); pass num_replicas= and rank= "
+                                "by name)")
+        if not _is_int(seed):
+            raise ArgumentError(f"DistributedSampler: seed must be an integer, got {seed!r}")
         if not hasattr(dataset, "__len__"):
             raise ArgumentError(f"DistributedSampler: the dataset must have a length, "
                                 f"got {type(dataset).__name__}")

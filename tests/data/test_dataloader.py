@@ -285,3 +285,13 @@ def test_a_failing_dataset_reports_its_own_error():
 
     with pytest.raises(KeyError, match="no item 0"):
         list(DataLoader(Broken(), batch_size=2))
+
+
+def test_distributed_sampler_arguments_in_spec_order():
+    ds = NDArrayDataset(np.arange(6))
+    s = DistributedSampler(ds, False, 0, num_replicas=2, rank=1)
+    assert list(s) == [1, 3, 5]
+    with pytest.raises(ValueError, match="shuffle must be True or False, got 2"):
+        DistributedSampler(ds, 2, 0)  # PyTorch's positional (dataset, num_replicas, rank)
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        DistributedSampler(ds, True, 0.5)
