@@ -68,6 +68,9 @@ class DataLoader:
                              f"got {type(dataset).__name__}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ArgumentError(f"DataLoader: batch_size must be a positive integer, got {batch_size!r}")
+        if isinstance(device, bool):
+            raise ArgumentError(f"DataLoader: device must be a needle device, got {device!r}; the fourth "
+                                "argument is the device (as in the course): pass drop_last= by name")
         if sampler is not None:
             if shuffle:
                 raise ArgumentError("DataLoader: give either shuffle=True or a sampler, not both "

@@ -295,3 +295,8 @@ def test_distributed_sampler_arguments_in_spec_order():
         DistributedSampler(ds, 2, 0)  # PyTorch's positional (dataset, num_replicas, rank)
     with pytest.raises(ValueError, match="seed must be an integer"):
         DistributedSampler(ds, True, 0.5)
+
+
+def test_drop_last_given_where_the_course_has_device_is_a_clear_error():
+    with pytest.raises(ValueError, match="pass drop_last= by name"):
+        DataLoader(make_dataset()[2], 4, False, True)
