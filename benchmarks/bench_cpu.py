@@ -1,17 +1,25 @@
-"""CPU benchmarks: eager numpy vs eager compiled vs lazy fused, side by side.
+"""CPU benchmarks: needle against numpy, torch eager, torch.compile and jax.jit.
 
-    python benchmarks/bench_cpu.py [--quick] [--json FILE]
+    python benchmarks/bench_cpu.py [--quick] [--passes N] [--threads N] [--only TEXT] [--json FILE]
 
-Every figure is a median over repeats measured in this one run, so ratios are
-meaningful on a shared, noisy machine even when absolute times drift.  The
-machine's copy bandwidth (np.copyto) and numpy's own GFLOP/s are printed as
-anchors.  numpy's OpenBLAS runs about 2x slower while OPENBLAS_CORETYPE /
-OPENBLAS_L2_SIZE are set, so the matmul reference is measured in a subprocess with
-both unset (and with the inherited environment, when it differs).
+Each implementation runs in its own process (one after the other, never two at
+once) with the same thread count (NEEDLE_THREADS, OMP/MKL/OpenBLAS threads,
+torch.set_num_threads, XLA's intra-op threads); torch and jax columns appear when
+those packages are installed.  Every figure is the median of repeats after a
+warm-up that compiles; with --passes N the implementations run N times in turn
+and the table shows the median of the N medians, so a noisy neighbour hurts
+all columns alike.  The ratio column is needle (lazy fused) over the best peer
+of that row (numpy, torch, torch.compile, jax): > 1 means needle is slower.
+
+Anchors: the machine's copy bandwidth (np.copyto), numpy's GEMM GFLOP/s with
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset and as inherited (OpenBLAS runs about
+2x slower while they are set; the numpy column runs under the inherited setting,
+printed in the header), kernel launch and compile costs.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -22,14 +30,23 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # PYTHONPATH wins
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import needle as ndl  # noqa: E402
-from needle import config, ops, runtime  # noqa: E402
+import cpu_workloads as W  # noqa: E402
+
+PEERS = ("numpy", "torch", "torch.compile", "jax")
+COLUMNS = ("numpy", "needle-eager", "needle", "torch", "torch.compile", "jax")
+HEADINGS = {"numpy": "numpy", "needle-eager": "ndl eager", "needle": "ndl lazy", "torch": "torch",
+            "torch.compile": "t.compile", "jax": "jax.jit"}
 
 
-def median_time(fn, repeats: int, budget: float = 3.0) -> float:
-    fn()  # warm-up (compiles, allocates)
+def median_time(fn, repeats: int, budget: float = 2.0) -> float:
+    fn()  # warm-up: compiles, allocates; torch.compile's next few calls are slow too
+    start, calls = time.perf_counter(), 0
+    while calls < 3 or (calls < 20 and time.perf_counter() - start < 0.5):
+        fn()
+        calls += 1
     times, start = [], time.perf_counter()
     while len(times) < repeats and (len(times) < 3 or time.perf_counter() - start < budget):
         t = time.perf_counter()
@@ -38,23 +55,46 @@ def median_time(fn, repeats: int, budget: float = 3.0) -> float:
     return statistics.median(times)
 
 
-def three_modes(build, numpy_fn, repeats):
-    """(numpy, eager compiled, lazy fused) median seconds of one iteration."""
-    results = {"eager numpy": median_time(numpy_fn, repeats)}
-    for mode, lazy in (("eager compiled", False), ("lazy fused", True)):
-        with ndl.lazy(lazy):
-            inputs = build.inputs()
-            results[mode] = median_time(lambda: ndl.realize(*build.step(*inputs)), repeats)
+def worker(impl: str, names, repeats: int, threads: int) -> None:
+    """Measure `names` with one implementation; one JSON line per workload on stdout."""
+    if impl.startswith("torch"):
+        import torch
+        torch.set_num_threads(threads)
+    for name in names:
+        try:
+            seconds = median_time(W.build(impl, name, W.inputs(name)), repeats)
+            print(json.dumps({"name": name, "seconds": seconds}), flush=True)
+        except Exception as e:  # a peer lacking an op must not sink the table
+            print(json.dumps({"name": name, "error": f"{type(e).__name__}: {e}"[:200]}), flush=True)
+
+
+def available(impl: str) -> bool:
+    module = {"torch.compile": "torch", "needle-eager": "needle"}.get(impl, impl)
+    return importlib.util.find_spec(module) is not None
+
+
+def thread_env(threads: int) -> dict:
+    env = dict(os.environ)
+    for var in ("NEEDLE_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
+                        f" intra_op_parallelism_threads={threads}").strip()
+    return env
+
+
+def run_worker(impl: str, names, repeats: int, threads: int) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--threads", str(threads),
+           "--repeats", str(repeats), "--names", json.dumps(list(names))]
+    out = subprocess.run(cmd, env=thread_env(threads), capture_output=True, text=True)
+    results = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            item = json.loads(line)
+            results[item["name"]] = item.get("seconds", item.get("error"))
+    if out.returncode != 0:
+        for name in names:
+            results.setdefault(name, f"process failed: {out.stderr.strip().splitlines()[-1:]}")
     return results
-
-
-class Case:
-    def __init__(self, inputs, step):
-        self.inputs, self.step = inputs, step
-
-
-def tensors(*arrays):
-    return lambda: [ndl.Tensor(a, device=ndl.cpu(), requires_grad=False) for a in arrays]
 
 
 def copy_bandwidth(n: int) -> float:
@@ -76,15 +116,10 @@ def numpy_gemm(n: int, unset: bool) -> float:
     return float(out.stdout.strip()) if out.returncode == 0 else float("nan")
 
 
-def row(name, res, extra=""):
-    base = res["eager numpy"]
-    cells = "  ".join(f"{res[m] * 1e3:9.3f} ms" for m in ("eager numpy", "eager compiled", "lazy fused"))
-    ratios = f"{base / res['eager compiled']:6.2f}x {base / res['lazy fused']:6.2f}x"
-    print(f"{name:<28}{cells}   {ratios}  {extra}")
-
-
 def launch_and_compile_costs() -> dict:
     """Launch of a cached kernel; cold compile of an elementwise kernel; warm load from disk."""
+    import needle as ndl
+    from needle import config
     from needle.compiler.schedule import plan
     from needle.ir.printer import output_nodes
     from needle.runtime import jit
@@ -128,107 +163,93 @@ def launch_and_compile_costs() -> dict:
                 warm_load_ms=statistics.median(warm) * 1e3)
 
 
+def fmt(t) -> str:
+    if not isinstance(t, float):
+        return "—"
+    return f"{t * 1e6:.0f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms"
+
+
+def table(names, medians: dict, impls, bw: float) -> dict:
+    print(f"{'workload':<27}" + "".join(f"{HEADINGS[i]:>11}" for i in impls) + f"{'best peer':>15}{'ratio':>8}")
+    rows = {}
+    for name in names:
+        cells = {i: medians[i].get(name) for i in impls}
+        peers = {i: t for i, t in cells.items() if i in PEERS and isinstance(t, float)}
+        best = min(peers, key=peers.get) if peers else None
+        ours = cells.get("needle")
+        ratio = ours / peers[best] if best and isinstance(ours, float) else None
+        extra = ""
+        if isinstance(ours, float) and W.WORKLOADS[name][0] in ("sum_rows", "sum_cols", "softmax", "logsoftmax",
+                                                                 "layernorm", "cross-entropy", "chain"):
+            extra = f"  needle reads {W.bytes_touched(name) / ours / 1e9:.1f} GB/s ({W.bytes_touched(name) / ours / bw:.0%} of copy)"
+        print(f"{name:<27}" + "".join(f"{fmt(cells[i]):>11}" for i in impls)
+              + f"{best or '—':>15}{(f'{ratio:.2f}x' if ratio else '—'):>8}{extra}")
+        rows[name] = dict(cells, best_peer=best, ratio=ratio)
+    errors = {(i, n): t for i in impls for n, t in medians[i].items() if isinstance(t, str)}
+    for (i, n), e in errors.items():
+        print(f"  {i} / {n}: {e}")
+    return rows
+
+
+def versions(impls) -> str:
+    out = [f"numpy {np.__version__}"]
+    for impl in ("torch", "jax"):
+        if impl in impls or impl + ".compile" in impls:
+            out.append(f"{impl} {__import__(impl).__version__}")
+    return ", ".join(out)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true")
+    p.add_argument("--quick", action="store_true", help="a few workloads, fewer repeats")
+    p.add_argument("--passes", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--only", default="", help="workloads whose name contains one of these (comma-separated) texts")
+    p.add_argument("--impls", default=",".join(COLUMNS))
+    p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--json")
+    p.add_argument("--no-costs", action="store_true", help="skip launch/compile costs and the GEMM anchor")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--names", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    reps = 5 if args.quick else 15
-    rng = np.random.default_rng(0)
-    report = {"threads": config.THREADS, "openblas_env": {k: os.environ[k] for k in
-              ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}}
-    print(f"needle CPU benchmarks — {config.THREADS} threads; OpenBLAS env here: {report['openblas_env'] or 'unset'}")
+    repeats = args.repeats or (5 if args.quick else 15)
+    if args.worker:
+        return worker(args.worker, json.loads(args.names), repeats, args.threads)
+    from needle import config
+    threads = args.threads or config.THREADS
+    names = [n for n in (W.QUICK if args.quick else W.WORKLOADS) if any(o in n for o in args.only.split(","))]
+    impls = [i for i in args.impls.split(",") if i in COLUMNS and available(i)]
+    blas = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
+    print(f"needle CPU benchmarks — {threads} threads; {versions(impls)}; numpy's OpenBLAS env: "
+          f"{blas or 'OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset'}")
     bw = copy_bandwidth(1 << 24)
-    report["copy_bandwidth_GBs"] = bw / 1e9
-    print(f"machine copy bandwidth (np.copyto, 2^24 floats): {bw / 1e9:.1f} GB/s")
-    print(f"{'':<28}{'eager numpy':>12}  {'eager compiled':>12}  {'lazy fused':>12}   "
-          f"{'speed-up vs numpy':>15}")
-    results = report["cases"] = {}
-
-    sizes = (14, 20) if args.quick else (14, 20, 24)
-    for e in sizes:
-        n = 1 << e
-        a, b, c = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
-        case = Case(tensors(a, b, c), lambda x, y, z: [ops.relu(x * y + z) * 0.5 + ops.exp(-x)])
-        res = three_modes(case, lambda: np.maximum(a * b + c, 0) * 0.5 + np.exp(-a), reps)
-        gbs = 4 * n * 4 / res["lazy fused"] / 1e9
-        row(f"elementwise chain 2^{e}", res, f"fused {gbs:.1f} GB/s = {gbs * 1e9 / bw:.0%} of copy")
-        results[f"elementwise_2^{e}"] = dict(res, fused_GBs=gbs)
-
-    rows, cols = (1024, 512) if args.quick else (4096, 1024)
-    x = rng.standard_normal((rows, cols)).astype(np.float32)
-
-    def softmax(t):
-        e_ = ops.exp(t - ops.broadcast_to(t.max((1,), keepdims=True), t.shape))
-        return [e_ / ops.broadcast_to(e_.sum((1,), keepdims=True), t.shape)]
-
-    def np_softmax():
-        e_ = np.exp(x - x.max(1, keepdims=True))
-        return e_ / e_.sum(1, keepdims=True)
-    res = three_modes(Case(tensors(x), softmax), np_softmax, reps)
-    row(f"row softmax {rows}x{cols}", res)
-    results["softmax"] = res
-
-    def layernorm(t):
-        mu = t.sum((1,), keepdims=True) / cols
-        d = t - ops.broadcast_to(mu, t.shape)
-        var = (d * d).sum((1,), keepdims=True) / cols
-        return [d / ops.broadcast_to((var + 1e-5) ** 0.5, t.shape)]
-
-    def np_layernorm():
-        d = x - x.mean(1, keepdims=True)
-        return d / np.sqrt((d * d).mean(1, keepdims=True) + 1e-5)
-    res = three_modes(Case(tensors(x), layernorm), np_layernorm, reps)
-    row(f"layernorm {rows}x{cols}", res)
-    results["layernorm"] = res
-
-    n = 1024 if args.quick else 4096
-    big = rng.standard_normal((n, n)).astype(np.float32)
-    res = three_modes(Case(tensors(big), lambda t: [t.sum((1,))]), lambda: big.sum(1), reps)
-    row(f"sum over rows {n}x{n}", res, f"fused {big.nbytes / res['lazy fused'] / 1e9:.1f} GB/s")
-    results["sum_rows"] = res
-
-    for n in ((256, 512) if args.quick else (256, 512, 1024, 2048)):
-        a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-        res = three_modes(Case(tensors(a, b), lambda u, v: [u @ v]), lambda: a @ b, reps)
-        flops = 2 * n ** 3
-        unset, kept = numpy_gemm(n, True), numpy_gemm(n, False)
-        ours = flops / res["lazy fused"] / 1e9
-        row(f"matmul {n}", res, f"fused {ours:.0f} GFLOP/s; numpy {unset:.0f} (env unset) "
-            f"{kept:.0f} (env as is) -> {ours / unset:.0%} of OpenBLAS")
-        results[f"matmul_{n}"] = dict(res, fused_gflops=ours, numpy_gflops_env_unset=unset,
-                                      numpy_gflops_env_as_is=kept)
-
-    n = 256 if args.quick else 1024
-    a, w, bias = (rng.standard_normal(s).astype(np.float32) for s in ((n, n), (n, n), (1, n)))
-    res = three_modes(Case(tensors(a, w, bias), lambda u, v, c: [ops.relu(u @ v + ops.broadcast_to(c, (n, n)))]),
-                      lambda: np.maximum(a @ w + bias, 0), reps)
-    row(f"matmul+bias+relu {n}", res)
-    results["matmul_bias_relu"] = res
-
-    from needle.cli.workloads import MLPStep
-    res = {}
-    res["eager numpy"] = _workload_time(MLPStep, ndl.cpu_numpy(), False, reps)
-    res["eager compiled"] = _workload_time(MLPStep, ndl.cpu(), False, reps)
-    res["lazy fused"] = _workload_time(MLPStep, ndl.cpu(), True, reps)
-    row("MLP step 784-256-10 b128", res)
-    results["mlp_step"] = res
-
-    costs = launch_and_compile_costs()
-    report["costs"] = costs
-    print(f"cached kernel launch (ctypes call): {costs['launch_us']:.2f} us; "
-          f"cold elementwise compile: {costs['cold_compile_ms']:.1f} ms median; "
-          f"warm load from disk cache: {costs['warm_load_ms']:.2f} ms median")
-    print(f"runtime stats: {runtime.stats()}")
+    print(f"machine copy bandwidth (np.copyto, 2^24 floats): {bw / 1e9:.1f} GB/s; medians of {args.passes} "
+          f"pass(es), each implementation in its own process")
+    runs = {i: [] for i in impls}
+    for _ in range(args.passes):
+        for impl in impls:
+            runs[impl].append(run_worker(impl, names, repeats, threads))
+    medians = {i: {n: _median([r.get(n) for r in runs[i]]) for n in names} for i in impls}
+    report = {"threads": threads, "openblas_env": blas, "versions": versions(impls), "copy_bandwidth_GBs": bw / 1e9,
+              "rows": table(names, medians, impls, bw)}
+    if not args.no_costs:
+        for n in (256, 1024):
+            unset, kept = numpy_gemm(n, True), numpy_gemm(n, False)
+            print(f"numpy GEMM {n}: {unset:.0f} GFLOP/s with the OpenBLAS env unset, {kept:.0f} as inherited")
+            report[f"numpy_gemm_{n}"] = {"env_unset": unset, "env_as_is": kept}
+        costs = report["costs"] = launch_and_compile_costs()
+        print(f"cached kernel launch (ctypes call): {costs['launch_us']:.2f} us; "
+              f"cold elementwise compile: {costs['cold_compile_ms']:.1f} ms median; "
+              f"warm load from disk cache: {costs['warm_load_ms']:.2f} ms median")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
 
 
-def _workload_time(cls, device, lazy, reps):
-    with ndl.lazy(lazy):
-        w = cls(device)
-        return median_time(lambda: ndl.realize(*w.step()), reps)
+def _median(values):
+    """Median of the passes that measured; a pass's error text when none did."""
+    times = [v for v in values if isinstance(v, float)]
+    return statistics.median(times) if times else next((v for v in values if v is not None), None)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ class ValueHelpers:
     """Mixin of the LLVM renderer; uses its builder `self.b` and `self._extern`."""
 
     def _pow(self, a, b_, dtype, exponent):
-        """x ** c for small constants as multiplies / sqrt (one rounding each: exact to
-        half an ulp; float32's 3, -2 and -0.5 take two, so they go through vecmath's
-        float64 pow); float32's other powers through vecmath, float64's through llvm.pow."""
+        """x ** c for small constants as multiplies / sqrt, as numpy does them (x ** 0.5 is
+        sqrt: sqrt(-inf) = nan where pow gives inf); one rounding each, so exact to half an
+        ulp.  float32's 3, -2 and -0.5 would take two roundings: they and float32's other
+        powers go through vecmath's float64 pow; float64's through llvm.pow."""
         b = self.b
         if isinstance(exponent, K.Const):
             c = float(exponent.value)
@@ -28,10 +29,8 @@ class ValueHelpers:
                 return vecmath.pow_f32(b, a, b_)
             if c == 3:
                 return b.fmul(b.fmul(a, a), a)
-            if c == 0.5:  # pow's table, unlike sqrt: pow(-0, 0.5) = +0, pow(-inf, 0.5) = inf
-                root = b.fadd(self._call_intrinsic("llvm.sqrt", dtype, [a]), self._zero(dtype, a))
-                minus_inf = b.fcmp_ordered("==", a, self._const(float("-inf"), dtype, a))
-                return b.select(minus_inf, self._const(float("inf"), dtype, a), root)
+            if c == 0.5:
+                return self._call_intrinsic("llvm.sqrt", dtype, [a])
             if c == -1:
                 return b.fdiv(one, a)
             if c == -2:

@@ -175,9 +175,8 @@ class Lowering:
             acc = f"acc{len(self.accs)}"
             body.append(K.Declare(acc, stage.dtype, K.Const(identity(stage.op, stage.dtype), stage.dtype)))
             value = self.gen(stage.srcs[0], index)
-            combine = K.Binary("add" if stage.op == "reduce_sum" else "max",
-                               K.Var(acc, stage.dtype), value, stage.dtype)
-            body.extend(nest_loops(inner, [K.Assign(acc, combine)]))
+            last_pass = len(body)
+            body.extend(nest_loops(inner, [K.Assign(acc, self.combine(stage, acc, value))]))
             self.accs[id(stage)] = K.Var(acc, stage.dtype)
         out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
         if id(g.root) in self.accs:  # the reduction itself is stored
@@ -185,8 +184,16 @@ class Lowering:
             body.append(K.Store(out, linear(root_index, View.contiguous(g.root.shape).strides, 0),
                                 self.accs[id(g.root)]))
         elif not g.epilogue():  # broadcast back: one more pass over the reduced axes
-            store = K.Store(out, linear(index, View.contiguous(full).strides, 0), self.gen(g.root, index))
-            body.extend(nest_loops(inner, [store]))
+            at = linear(index, View.contiguous(full).strides, 0)
+            result = self.gen(g.root, index)
+            if value.dtype == g.root.dtype and is_float(value.dtype) and costly(value) and contains(result, value):
+                # softmax's exp(x - max): store it while summing, read it back (from L1) in the last
+                # pass instead of computing it twice; the output holds each value until overwritten
+                stage = g.stages[-1]
+                body[last_pass:] = nest_loops(inner, [K.Store(out, at, value), K.Assign(
+                    self.accs[id(stage)].name, self.combine(stage, self.accs[id(stage)].name, K.Load(out, at, value.dtype)))])
+                result = replace(result, value, K.Load(out, at, value.dtype))
+            body.extend(nest_loops(inner, [K.Store(out, at, result)]))
         else:
             kept = iter(K.Var(v) for v, _ in outer)
             root_index = tuple(K.Const(0) if n == 1 else next(kept) for n in g.root.shape)
@@ -194,6 +201,10 @@ class Lowering:
                                 self.gen(g.root, root_index)))
         return self.kernel(*nest(outer, body), work=math.prod(full))
 
+
+    @staticmethod
+    def combine(stage, acc: str, value):
+        return K.Binary("add" if stage.op == "reduce_sum" else "max", K.Var(acc, stage.dtype), value, stage.dtype)
 
     def store_group(self) -> K.Kernel:
         """The kernel of an elementwise-shaped group: a plain elementwise root, an
@@ -262,10 +273,10 @@ class Lowering:
         at = linear(kept_index, View.contiguous(stage.shape).strides, 0)
         width = K.Binary("min", K.Const(block), K.affine([(kb, -block)], full[-1]), K.INDEX) if blocks > 1 else block
         current = K.Load(out, at, stage.dtype)
-        combine = K.Binary("add" if stage.op == "reduce_sum" else "max", current,
-                           self.gen(stage.srcs[0], index), stage.dtype)
+        op = "add" if stage.op == "reduce_sum" else "max"
         body = [K.Loop("ki", width, [K.Store(out, at, K.Const(identity(stage.op, stage.dtype), stage.dtype))])]
-        body += nest_loops(inner, [K.Loop("ki", width, [K.Store(out, at, combine)])])
+        body += self._column_passes(inner, index, stage, op, lambda value: [K.Loop("ki", width, [K.Store(
+            out, at, K.Binary(op, current, value, stage.dtype))])])
         if g.root is not stage:
             self.accs[id(stage)] = current
             kept = iter([K.Var(v) for v, _ in outer] + [col])
@@ -275,11 +286,78 @@ class Lowering:
         return self.kernel(*nest(loops, body), work=math.prod(full))
 
 
+    def _column_passes(self, inner, index, stage, op, update) -> list:
+        """The loops over the reduced axes; the innermost one takes ROWS_PER_PASS rows
+        per pass (combined in registers, then into the output row once), so the
+        output row is loaded and stored a quarter as often."""
+        var, n = inner[-1]
+        whole = n // ROWS_PER_PASS * ROWS_PER_PASS
+        if whole == 0:
+            return nest_loops(inner, update(self.gen(stage.srcs[0], index)))
+
+        def row(r):
+            return self.gen(stage.srcs[0], tuple(r if isinstance(i, K.Var) and i.name == var else i for i in index))
+        rq = K.Var(var + "q")
+        value = row(K.affine([(rq, ROWS_PER_PASS)]))
+        for u in range(1, ROWS_PER_PASS):
+            value = K.Binary(op, value, row(K.affine([(rq, ROWS_PER_PASS)], u)), stage.dtype)
+        passes = [K.Loop(var + "q", n // ROWS_PER_PASS, update(value))]
+        if whole < n:
+            passes.append(K.Loop(var, n - whole, update(self.gen(stage.srcs[0], index)), start=whole))
+        return nest_loops(inner[:-1], passes)
+
+
+#: rows a column reduction adds up per pass over its output row
+ROWS_PER_PASS = 4
 #: columns per thread task when a column reduction has no other axis to split
-COLUMN_BLOCK = 512
+COLUMN_BLOCK = 1024
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+def is_float(dtype: str) -> bool:
+    return dtype in ("float32", "float64")
+
+
+def costly(e) -> bool:
+    """Whether recomputing e costs more than a load: a transcendental, a power or a division."""
+    if isinstance(e, K.Unary):
+        return e.op in ("exp", "log", "tanh", "sqrt") or costly(e.x)
+    if isinstance(e, K.Binary):
+        return e.op in ("pow", "div") or costly(e.a) or costly(e.b)
+    if isinstance(e, K.Where):
+        return costly(e.cond) or costly(e.a) or costly(e.b)
+    return isinstance(e, K.Cast) and costly(e.x)
+
+
+def _children(e) -> tuple:
+    if isinstance(e, K.Unary) or isinstance(e, K.Cast):
+        return (e.x,)
+    if isinstance(e, K.Binary):
+        return (e.a, e.b)
+    if isinstance(e, K.Where):
+        return (e.cond, e.a, e.b)
+    return ()
+
+
+def contains(e, part) -> bool:
+    return e is part or any(contains(c, part) for c in _children(e))
+
+
+def replace(e, part, new):
+    """e with every occurrence of the subexpression `part` (by identity) replaced by `new`."""
+    if e is part:
+        return new
+    if isinstance(e, K.Unary):
+        return K.Unary(e.op, replace(e.x, part, new), e.dtype)
+    if isinstance(e, K.Cast):
+        return K.Cast(replace(e.x, part, new), e.dtype)
+    if isinstance(e, K.Binary):
+        return K.Binary(e.op, replace(e.a, part, new), replace(e.b, part, new), e.dtype)
+    if isinstance(e, K.Where):
+        return K.Where(replace(e.cond, part, new), replace(e.a, part, new), replace(e.b, part, new), e.dtype)
+    return e
+
+
 def identity(op: str, dtype: str):
     if op == "reduce_sum":
         return 0

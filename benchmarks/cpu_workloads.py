@@ -1,0 +1,211 @@
+"""The CPU benchmark's workloads, written once per implementation.
+
+`build(impl, name, arrays)` returns a zero-argument callable that runs one
+iteration of workload `name` to completion (results realized / blocked on) on
+the float32 numpy `arrays` from `inputs(name)`.  Implementations: numpy, needle
+(lazy fused), needle-eager (eager compiled kernels), torch (eager),
+torch.compile, jax (jax.jit).  Each is imported only when asked for, so one
+process measures one implementation.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# name -> (family, input shapes): float32 normals; ("labels", n, k) is n int64 class indices below k
+WORKLOADS = {
+    "cross-entropy 4096x1024": ("cross-entropy", {"logits": (4096, 1024), "labels": ("labels", 4096, 1024)}),
+    "row softmax 4096x1024": ("softmax", {"x": (4096, 1024)}),
+    "logsoftmax 4096x1024": ("logsoftmax", {"x": (4096, 1024)}),
+    "layernorm 4096x1024": ("layernorm", {"x": (4096, 1024)}),
+    "sum over rows 4096^2": ("sum_rows", {"x": (4096, 4096)}),
+    "sum over columns 4096^2": ("sum_cols", {"x": (4096, 4096)}),
+    "matmul 256": ("matmul", {"a": (256, 256), "b": (256, 256)}),
+    "matmul 512": ("matmul", {"a": (512, 512), "b": (512, 512)}),
+    "matmul 1024": ("matmul", {"a": (1024, 1024), "b": (1024, 1024)}),
+    "matmul 128x784x256": ("matmul", {"a": (128, 784), "b": (784, 256)}),
+    "matmul 784x128x256": ("matmul", {"a": (784, 128), "b": (128, 256)}),
+    "matmul 100x784x100": ("matmul", {"a": (100, 784), "b": (784, 100)}),
+    "matmul 16x32x256": ("matmul", {"a": (16, 32), "b": (32, 256)}),
+    "batched matmul 4x8x32x32": ("matmul", {"a": (4, 8, 32, 32), "b": (4, 8, 32, 32)}),
+    "elementwise chain 2^14": ("chain", {"x": (1 << 14,), "y": (1 << 14,), "z": (1 << 14,)}),
+    "elementwise chain 2^20": ("chain", {"x": (1 << 20,), "y": (1 << 20,), "z": (1 << 20,)}),
+    "elementwise chain 2^24": ("chain", {"x": (1 << 24,), "y": (1 << 24,), "z": (1 << 24,)}),
+    "MLP step 784-256-10 b128": ("mlp", {"x": (128, 784), "labels": ("labels", 128, 10), "w1": (784, 256),
+                                         "b1": (256,), "w2": (256, 10), "b2": (10,)}),
+}
+QUICK = ("cross-entropy 4096x1024", "row softmax 4096x1024", "sum over rows 4096^2", "matmul 256",
+         "elementwise chain 2^14", "elementwise chain 2^20", "MLP step 784-256-10 b128")
+IMPLEMENTATIONS = ("numpy", "needle-eager", "needle", "torch", "torch.compile", "jax")
+
+
+def inputs(name: str, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for key, shape in WORKLOADS[name][1].items():
+        if shape[0] == "labels":
+            out[key] = rng.integers(0, shape[2], shape[1]).astype(np.int64)
+        else:
+            scale = 0.05 if key.startswith("w") else 1.0
+            out[key] = (rng.standard_normal(shape) * scale).astype(np.float32)
+    return out
+
+
+def bytes_touched(name: str) -> int:
+    """Input bytes one iteration must read (for the bandwidth column)."""
+    return sum(int(np.prod(s[1:2] if s[0] == "labels" else s)) * (8 if s[0] == "labels" else 4)
+               for s in WORKLOADS[name][1].values())
+
+
+def build(impl: str, name: str, arrays: dict):
+    builder = {"numpy": _numpy, "needle": _needle, "needle-eager": _needle, "torch": _torch,
+               "torch.compile": _torch, "jax": _jax}[impl]
+    return builder(impl, WORKLOADS[name][0], arrays)
+
+
+# ---- numpy ----------------------------------------------------------------------------------------
+def _numpy(impl, family, a):
+    def logsumexp(x):
+        m = x.max(1, keepdims=True)
+        return np.log(np.exp(x - m).sum(1, keepdims=True)) + m
+
+    def mlp():
+        x, y = a["x"], a["labels"]
+        h = np.maximum(x @ a["w1"] + a["b1"], 0)
+        z = h @ a["w2"] + a["b2"]
+        p = np.exp(z - logsumexp(z))
+        p[np.arange(len(y)), y] -= 1
+        dz = p / len(y)
+        dh = (dz @ a["w2"].T) * (h > 0)
+        for w, g in ((a["w2"], h.T @ dz), (a["b2"], dz.sum(0)), (a["w1"], x.T @ dh), (a["b1"], dh.sum(0))):
+            w -= 0.01 * g
+    fns = {
+        "cross-entropy": lambda: (logsumexp(a["logits"])[:, 0]
+                                  - a["logits"][np.arange(len(a["labels"])), a["labels"]]).mean(),
+        "softmax": lambda: (lambda e: e / e.sum(1, keepdims=True))(np.exp(a["x"] - a["x"].max(1, keepdims=True))),
+        "logsoftmax": lambda: a["x"] - logsumexp(a["x"]),
+        "layernorm": lambda: (lambda d: d / np.sqrt((d * d).mean(1, keepdims=True) + 1e-5))(
+            a["x"] - a["x"].mean(1, keepdims=True)),
+        "sum_rows": lambda: a["x"].sum(1),
+        "sum_cols": lambda: a["x"].sum(0),
+        "matmul": lambda: a["a"] @ a["b"],
+        "chain": lambda: np.maximum(a["x"] * a["y"] + a["z"], 0) * 0.5 + np.exp(-a["x"]),
+        "mlp": mlp,
+    }
+    return fns[family]
+
+
+# ---- needle ---------------------------------------------------------------------------------------
+def _needle(impl, family, a):
+    import needle as ndl
+    from needle import nn, ops
+    lazy = impl == "needle"
+    if family == "mlp":
+        from needle.cli.workloads import MLPStep
+        with ndl.lazy(lazy):
+            step = MLPStep(ndl.cpu())
+
+        def run():
+            with ndl.lazy(lazy):
+                ndl.realize(*step.step())
+        return run
+    with ndl.lazy(lazy):
+        t = {k: ndl.Tensor(v, device=ndl.cpu(), requires_grad=False) for k, v in a.items() if k != "labels"}
+        labels = a.get("labels")
+        layernorm = nn.LayerNorm1d(a["x"].shape[1], device=ndl.cpu()) if family == "layernorm" else None
+
+    def softmax(x):
+        e = ops.exp(x - ops.broadcast_to(x.max((1,), keepdims=True), x.shape))
+        return e / ops.broadcast_to(e.sum((1,), keepdims=True), x.shape)
+    fns = {
+        "cross-entropy": lambda: nn.SoftmaxLoss()(t["logits"], ndl.Tensor(labels, device=ndl.cpu())),
+        "softmax": lambda: softmax(t["x"]),
+        "logsoftmax": lambda: ops.logsoftmax(t["x"], axis=1),
+        "layernorm": lambda: layernorm(t["x"]),
+        "sum_rows": lambda: t["x"].sum((1,)),
+        "sum_cols": lambda: t["x"].sum((0,)),
+        "matmul": lambda: t["a"] @ t["b"],
+        "chain": lambda: ops.relu(t["x"] * t["y"] + t["z"]) * 0.5 + ops.exp(-t["x"]),
+    }
+    fn = fns[family]
+
+    def run():
+        with ndl.lazy(lazy):
+            ndl.realize(fn())
+    return run
+
+
+# ---- torch ----------------------------------------------------------------------------------------
+def _torch(impl, family, a):
+    import torch
+    import torch.nn.functional as F
+    t = {k: torch.from_numpy(v.copy()) for k, v in a.items()}
+    if family == "mlp":
+        model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        forward = torch.compile(model) if impl == "torch.compile" else model
+
+        def step():
+            opt.zero_grad()
+            F.cross_entropy(forward(t["x"]), t["labels"]).backward()
+            opt.step()
+        return step
+    fns = {
+        "cross-entropy": lambda logits, labels: F.cross_entropy(logits, labels),
+        "softmax": lambda x: torch.softmax(x, 1),
+        "logsoftmax": lambda x: torch.log_softmax(x, 1),
+        "layernorm": lambda x: F.layer_norm(x, x.shape[1:], eps=1e-5),
+        "sum_rows": lambda x: x.sum(1),
+        "sum_cols": lambda x: x.sum(0),
+        "matmul": lambda a_, b_: a_ @ b_,
+        "chain": lambda x, y, z: torch.relu(x * y + z) * 0.5 + torch.exp(-x),
+    }
+    fn = torch.compile(fns[family]) if impl == "torch.compile" else fns[family]
+    args = [t[k] for k in ARGS[family]]
+
+    def run():
+        with torch.no_grad():
+            fn(*args)
+    return run
+
+
+# ---- jax ------------------------------------------------------------------------------------------
+def _jax(impl, family, a):
+    import jax
+    import jax.numpy as jnp
+    t = {k: jnp.asarray(v) for k, v in a.items()}
+    if family == "mlp":
+        params = {k: t[k] for k in ("w1", "b1", "w2", "b2")}
+
+        def loss(p, x, y):
+            z = jnp.maximum(x @ p["w1"] + p["b1"], 0) @ p["w2"] + p["b2"]
+            return jnp.mean(jax.nn.logsumexp(z, 1) - jnp.take_along_axis(z, y[:, None], 1)[:, 0])
+
+        @jax.jit
+        def step(p, x, y):
+            g = jax.grad(loss)(p, x, y)
+            return {k: p[k] - 0.01 * g[k] for k in p}
+        state = [params]
+
+        def run():
+            state[0] = jax.block_until_ready(step(state[0], t["x"], t["labels"]))
+        return run
+    fns = {
+        "cross-entropy": lambda logits, labels: jnp.mean(
+            jax.nn.logsumexp(logits, 1) - jnp.take_along_axis(logits, labels[:, None], 1)[:, 0]),
+        "softmax": lambda x: jax.nn.softmax(x, 1),
+        "logsoftmax": lambda x: jax.nn.log_softmax(x, 1),
+        "layernorm": lambda x: (lambda d: d / jnp.sqrt((d * d).mean(1, keepdims=True) + 1e-5))(
+            x - x.mean(1, keepdims=True)),
+        "sum_rows": lambda x: x.sum(1),
+        "sum_cols": lambda x: x.sum(0),
+        "matmul": lambda a_, b_: a_ @ b_,
+        "chain": lambda x, y, z: jnp.maximum(x * y + z, 0) * 0.5 + jnp.exp(-x),
+    }
+    fn = jax.jit(fns[family])
+    args = [t[k] for k in ARGS[family]]
+    return lambda: jax.block_until_ready(fn(*args))
+
+
+ARGS = {"cross-entropy": ("logits", "labels"), "softmax": ("x",), "logsoftmax": ("x",),
+               "layernorm": ("x",), "sum_rows": ("x",), "sum_cols": ("x",), "matmul": ("a", "b"),
+               "chain": ("x", "y", "z")}

@@ -1,0 +1,73 @@
+"""Reduction lowering: softmax computes exp once per element, column reductions
+take several rows per pass over the output row; values against numpy (float64)."""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import ops
+from needle.compiler import lowering
+from needle.compiler.schedule import plan
+from needle.ir.printer import output_nodes
+
+
+@pytest.fixture(autouse=True)
+def lazy():
+    with ndl.lazy():
+        yield
+
+
+def kernels_of(*tensors) -> list:
+    schedule, _ = plan(output_nodes(list(tensors)))
+    return [call.kernel for call in schedule.calls]
+
+
+def softmax(t):
+    e = ops.exp(t - ops.broadcast_to(t.max((1,), keepdims=True), t.shape))
+    return e / ops.broadcast_to(e.sum((1,), keepdims=True), t.shape)
+
+
+def test_softmax_is_one_kernel_with_one_exp_per_element():
+    x = np.random.randn(37, 300).astype(np.float32) * 10
+    x[3] = -1e30  # a constant row: max = the row's value, every exp = 1
+    x[5, 7] = 80.0  # exp(x) alone would overflow; exp(x - max) does not
+    y = softmax(ndl.Tensor(x, requires_grad=False))
+    (kernel,) = kernels_of(y)
+    assert kernel.text().count("exp(") == 1, kernel.text()
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(1, keepdims=True))
+    np.testing.assert_allclose(y.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_logsoftmax_unchanged_by_the_reuse():
+    x = np.random.randn(9, 70).astype(np.float32)
+    y = ops.logsoftmax(ndl.Tensor(x, requires_grad=False), axis=1)
+    x64 = x.astype(np.float64)
+    m = x64.max(1, keepdims=True)
+    np.testing.assert_allclose(y.numpy(), x64 - m - np.log(np.exp(x64 - m).sum(1, keepdims=True)), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(4099, 7), (13, 1030), (8, 2500), (3, 9), (1, 40)])
+def test_column_sum_and_max(shape):
+    """Rows not a multiple of the rows per pass, widths across several column blocks."""
+    x = np.random.randn(*shape).astype(np.float32)
+    t = ndl.Tensor(x, requires_grad=False)
+    s, m = t.sum((0,)), t.max((0,))
+    np.testing.assert_allclose(s.numpy(), x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(m.numpy(), x.max(0))
+
+
+def test_column_reduction_over_two_axes_with_an_epilogue():
+    x = np.random.randn(6, 5, 33).astype(np.float32)
+    y = ops.exp(ndl.Tensor(x, requires_grad=False).sum((0, 1)) * 0.1)
+    (kernel,) = kernels_of(y)
+    assert f"r1q in {5 // lowering.ROWS_PER_PASS}" in kernel.text(), kernel.text()
+    np.testing.assert_allclose(y.numpy(), np.exp(x.astype(np.float64).sum((0, 1)) * 0.1), rtol=1e-5)
+
+
+def test_wide_column_sum_splits_into_column_blocks():
+    x = np.ones((16, 3 * lowering.COLUMN_BLOCK + 5), np.float32)
+    y = ndl.Tensor(x, requires_grad=False).sum((0,))
+    (kernel,) = kernels_of(y)
+    assert kernel.parallel == ("kb", 4)
+    np.testing.assert_array_equal(y.numpy(), np.full(x.shape[1], 16.0, np.float32))
