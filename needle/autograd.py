@@ -22,6 +22,7 @@ from .ir import build as ir_build
 from .ir.lazy import as_lazy
 from .tensor_methods import TensorMethods
 from .traversal import postorder
+from .engine import capture as _capture
 
 #: lazy mode: ops record IR and compute nothing until data is needed (SPEC "Lazy mode").
 LAZY_MODE = config.LAZY and BACKEND == "nd"
@@ -139,6 +140,8 @@ class Value:
         data = self._cached_data
         if data is None:
             return self.realize_cached_data()
+        if _capture.CURRENT is not None:  # needle.jit is recording: note where state is read
+            _capture.read_state(self, data)
         if LAZY_MODE and BACKEND == "nd":
             return tuple(as_lazy(x) for x in data) if isinstance(data, tuple) else as_lazy(data)
         if getattr(data, "is_lazy", False) or (isinstance(data, tuple) and any(getattr(x, "is_lazy", False)
@@ -164,6 +167,8 @@ class Value:
         self.num_outputs = num_outputs
         self._cached_data = cached_data
         self.requires_grad = requires_grad
+        if _capture.CURRENT is not None:
+            _capture.created(self)
 
     @classmethod
     def make_const(cls, data, *, requires_grad: bool = False) -> "Value":
@@ -346,12 +351,20 @@ class Tensor(TensorMethods, Value):
         compute_gradient_of_variables(self, out_grad)
 
     def __repr__(self) -> str:
+        _capture.host_read("printing a tensor")
         return "needle.Tensor(" + str(self.realize_cached_data()) + ")"
 
     def __str__(self) -> str:
+        _capture.host_read("printing a tensor")
         return str(self.realize_cached_data())
 
+    def __bool__(self) -> bool:
+        # Python's truth test; a captured step (needle.jit) cannot replay a branch on a value
+        _capture.host_read("a Python `if` (bool()) on a tensor")
+        return len(self) != 0
+
     def numpy(self) -> numpy.ndarray:
+        _capture.host_read(".numpy()/.item()")
         data = self.realize_cached_data()
         if BACKEND == "np":
             return numpy.asarray(data)

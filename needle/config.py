@@ -47,3 +47,6 @@ KERNEL_CACHE_BYTES = max(1, _int("NEEDLE_KERNEL_CACHE_BYTES", 256 << 20))
 #: idle buffers kept for reuse by the host and device buffer pools, by count and bytes.
 POOL_BUFFERS = max(0, _int("NEEDLE_POOL_BUFFERS", 1024))
 POOL_BYTES = max(0, _int("NEEDLE_POOL_BYTES", 1 << 30))
+
+#: 0 makes needle.jit run the function plainly on every call (no capture, no replay).
+JIT = _int("NEEDLE_JIT", 1) != 0

@@ -38,6 +38,11 @@ class CompileError(NeedleError, RuntimeError):
     """Code generation or JIT compilation failed (a needle bug, reported clearly)."""
 
 
+class JitError(NeedleError, RuntimeError):
+    """`needle.jit` cannot capture a function faithfully (it reads a value inside the
+    step, or changes state where a replay cannot follow)."""
+
+
 class BoundsError(NeedleError, IndexError):
     """Generated code computed an out-of-bounds index (NEEDLE_BOUNDS_CHECK=1)."""
 

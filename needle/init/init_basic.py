@@ -1,11 +1,13 @@
 """Basic tensor constructors.  Random ones draw from numpy's global RNG in the
 course framework's order (`np.random.rand` / `randn` of the full shape), so seeded
 code reproduces the course's values."""
+import functools
 import numbers
 
 import numpy as np
 
 from .. import autograd
+from ..engine import capture as _capture
 from ..backend_selection import cpu
 from ..dtypes import dtype_name, np_dtype
 from ..errors import ArgumentError, IndexingError, ShapeError
@@ -26,12 +28,27 @@ def _shape(shape, op: str = "init") -> tuple:
     return tuple(int(s) for s in shape)
 
 
+def _replayed(draw):
+    """Random draws inside a step captured by needle.jit are made afresh at each
+    replay, in the same order, from numpy's global RNG (so a jitted run equals the
+    plain one bit for bit)."""
+    @functools.wraps(draw)
+    def drawn(*shape, **kwargs):
+        t = draw(*shape, **kwargs)
+        if _capture.CURRENT is not None:
+            _capture.draw(draw, shape, kwargs, t)
+        return t
+    return drawn
+
+
+@_replayed
 def rand(*shape, low=0.0, high=1.0, device=None, dtype="float32", requires_grad=False):
     """Uniform in [low, high)."""
     array = np.random.rand(*_shape(shape, "rand")).astype(np_dtype(dtype)) * (high - low) + low
     return _tensor(array, device, dtype, requires_grad)
 
 
+@_replayed
 def randn(*shape, mean=0.0, std=1.0, device=None, dtype="float32", requires_grad=False):
     """Normal with the given mean and standard deviation."""
     array = np.random.randn(*_shape(shape, "randn")).astype(np_dtype(dtype)) * std + mean
@@ -50,6 +67,7 @@ def zeros(*shape, device=None, dtype="float32", requires_grad=False):
     return constant(*shape, c=0.0, device=device, dtype=dtype, requires_grad=requires_grad)
 
 
+@_replayed
 def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
     """Bernoulli(p): True (1) with probability p."""
     array = np.random.rand(*_shape(shape, "randb")) <= p

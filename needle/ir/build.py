@@ -12,7 +12,7 @@ import threading
 from ..dtypes import check_elementwise, dtype_name, is_float, require_same
 from ..errors import AxisError, DeviceError, DTypeError, ShapeError, fmt_shape, normalize_axes
 from . import lazy
-from .nodes import BINARY, COMPARE, UNARY, Scalar
+from .nodes import BINARY, COMPARE, UNARY, RuntimeScalar, Scalar
 
 class _Origin(threading.local):
     """Name of the frontend op whose compute() is building nodes right now (for
@@ -49,6 +49,8 @@ def param(value, shape, dtype, device) -> "lazy.LazyArray":
 
 def _scalar(value, dtype):
     dtype = dtype_name(dtype)
+    if isinstance(value, RuntimeScalar) and is_float(dtype):
+        return value  # a float already, and replays of captured steps read it again
     if dtype == "bool":
         return bool(value)
     return float(value) if is_float(dtype) else int(value)

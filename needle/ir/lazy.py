@@ -16,7 +16,7 @@ from ..backend_ndarray.operators import ArrayOperators
 from ..dtypes import dtype_name
 from ..errors import DTypeError, DeviceError, ShapeError, fmt_shape, normalize_axes
 from . import build
-from .nodes import Node
+from .nodes import Node, RuntimeScalar
 
 
 def as_lazy(x) -> "LazyArray":
@@ -31,6 +31,11 @@ def as_lazy(x) -> "LazyArray":
 #: scalars baked into kernels; any other Python scalar is a run-time `param`, so that
 #: a learning rate or a bias correction that changes every step reuses the kernel
 _BAKED = (0, 1, -1, 2, 0.5)
+
+
+def _baked(x) -> bool:
+    """Whether scalar `x` becomes a constant in the kernel (else a run-time param)."""
+    return x in _BAKED and not isinstance(x, RuntimeScalar)
 
 
 def _scalar(x) -> bool:
@@ -54,7 +59,7 @@ class LazyArray(Node, ArrayOperators):
                 raise DeviceError(f"{op}: operands on different devices ({self.device} and {other.device})")
             return build.buffer(other)
         if _scalar(other):
-            make = build.const if other in _BAKED else build.param
+            make = build.const if _baked(other) else build.param
             return make(other, self.shape, self.dtype, self.device)
         raise TypeError(f"{op}: unsupported operand {type(other).__name__}")
 
@@ -200,7 +205,7 @@ class LazyArray(Node, ArrayOperators):
         target = tuple(len(range(*ix)) for ix in index)
         view_shape = _final_shape(target, drop, new_axes)
         if _scalar(value):
-            make = build.const if value in _BAKED else build.param
+            make = build.const if _baked(value) else build.param
             value = make(value, view_shape, self.dtype, self.device)
         elif isinstance(value, (LazyArray, NDArray)):
             value = as_lazy(value)

@@ -40,6 +40,19 @@ SHORT_DTYPE = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64
 _ids = itertools.count()
 
 
+class RuntimeScalar(float):
+    """A Python number that is read again at each replay of a captured step
+    (`needle.jit`): `provider()` recomputes it (an optimizer's learning rate, its
+    bias corrections).  Never baked into a kernel, so the kernel serves every value."""
+
+    __slots__ = ("provider",)
+
+    def __new__(cls, provider):
+        self = super().__new__(cls, provider())
+        self.provider = provider
+        return self
+
+
 class Scalar:
     """The value of a `param` node, shared (by identity) with every node derived
     from it, so the runtime finds one slot per user scalar."""

@@ -31,9 +31,11 @@ def _check_state(module: str, h: Tensor, expected: tuple, what: str) -> None:
 
 
 def _unstack(x: Tensor, axis: int = 0) -> List[Tensor]:
-    """The slices of x along `axis` (dropped), as a list of tensors."""
-    parts = ops.split(x, axis)
-    return [parts[i] for i in range(x.shape[axis])]
+    """The slices of x along `axis` (dropped), as a list of tensors: basic-index views,
+    each with a one-piece gradient (split's tuple gradient would pad every slice's
+    adjoint with zeros for all the others, n^2 tensors for n slices)."""
+    lead = (slice(None),) * axis
+    return [ops.getitem(x, lead + (i,)) for i in range(x.shape[axis])]
 
 
 class Embedding(Module):

@@ -23,6 +23,8 @@ import numbers
 from ..autograd import Tensor
 from ..errors import ArgumentError, DTypeError
 from ..realize import realize
+from ..engine import capture as _capture
+from ..ir.nodes import RuntimeScalar
 from ..runtime import realize_later
 
 __all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "RMSprop", "lr_scheduler"]
@@ -242,10 +244,16 @@ def _number(name: str, what: str, value, low=None, high=None):
     return value
 
 
-def _with_weight_decay(grad: Tensor, param: Tensor, weight_decay: float) -> Tensor:
+def _live(read) -> RuntimeScalar:
+    """A hyperparameter expression, re-read at each replay of a step captured by
+    needle.jit (so a learning-rate scheduler works without recapturing)."""
+    return RuntimeScalar(read)
+
+
+def _with_weight_decay(grad: Tensor, param: Tensor, opt: "Optimizer") -> Tensor:
     """L2 regularization folded into the gradient: grad + wd * p (course and PyTorch)."""
-    if weight_decay:
-        return grad + param.data * weight_decay
+    if opt.weight_decay:
+        return grad + param.data * _live(lambda: opt.weight_decay)
     return grad
 
 
@@ -270,16 +278,16 @@ class SGD(Optimizer):
         self.u: Dict[int, Tensor] = {}
 
     def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
-        grad = _with_weight_decay(grad, param, self.weight_decay)
+        grad = _with_weight_decay(grad, param, self)
         if self.momentum:
             u_prev = self.u.get(index)
-            u = grad * (1 - self.momentum)
+            u = grad * _live(lambda: 1 - self.momentum)
             if u_prev is not None:
-                u = u_prev * self.momentum + u
+                u = u_prev * _live(lambda: self.momentum) + u
             self.u[index] = u
         else:
             u = grad
-        return param.data - u * self.lr
+        return param.data - u * _live(lambda: self.lr)
 
     def state_tensors(self) -> List[Tensor]:
         return list(self.u.values())
@@ -314,18 +322,19 @@ class Adam(Optimizer):
 
     def _begin_step(self) -> None:
         self.t += 1
+        _capture.on_replay(self._begin_step)  # a replay of a captured step counts it too
 
     def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
-        grad = _with_weight_decay(grad, param, self.weight_decay)
-        m = grad * (1 - self.beta1)
-        v = (grad ** 2) * (1 - self.beta2)
+        grad = _with_weight_decay(grad, param, self)
+        m = grad * _live(lambda: 1 - self.beta1)
+        v = (grad ** 2) * _live(lambda: 1 - self.beta2)
         if index in self.m:
-            m = self.m[index] * self.beta1 + m
-            v = self.v[index] * self.beta2 + v
+            m = self.m[index] * _live(lambda: self.beta1) + m
+            v = self.v[index] * _live(lambda: self.beta2) + v
         self.m[index], self.v[index] = m, v
-        m_hat = m / (1 - self.beta1 ** self.t)
-        v_hat = v / (1 - self.beta2 ** self.t)
-        return param.data - (m_hat / (v_hat ** 0.5 + self.eps)) * self.lr
+        m_hat = m / _live(lambda: 1 - self.beta1 ** self.t)
+        v_hat = v / _live(lambda: 1 - self.beta2 ** self.t)
+        return param.data - (m_hat / (v_hat ** 0.5 + _live(lambda: self.eps))) * _live(lambda: self.lr)
 
     def state_tensors(self) -> List[Tensor]:
         return list(self.m.values()) + list(self.v.values())
@@ -356,25 +365,25 @@ class RMSprop(Optimizer):
         self.buf: Dict[int, Tensor] = {}
 
     def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
-        grad = _with_weight_decay(grad, param, self.weight_decay)
-        square_avg = (grad ** 2) * (1 - self.alpha)
+        grad = _with_weight_decay(grad, param, self)
+        square_avg = (grad ** 2) * _live(lambda: 1 - self.alpha)
         if index in self.square_avg:
-            square_avg = self.square_avg[index] * self.alpha + square_avg
+            square_avg = self.square_avg[index] * _live(lambda: self.alpha) + square_avg
         self.square_avg[index] = square_avg
         if self.centered:
-            grad_avg = grad * (1 - self.alpha)
+            grad_avg = grad * _live(lambda: 1 - self.alpha)
             if index in self.grad_avg:
-                grad_avg = self.grad_avg[index] * self.alpha + grad_avg
+                grad_avg = self.grad_avg[index] * _live(lambda: self.alpha) + grad_avg
             self.grad_avg[index] = grad_avg
-            avg = (square_avg - grad_avg ** 2) ** 0.5 + self.eps
+            avg = (square_avg - grad_avg ** 2) ** 0.5 + _live(lambda: self.eps)
         else:
-            avg = square_avg ** 0.5 + self.eps
+            avg = square_avg ** 0.5 + _live(lambda: self.eps)
         step = grad / avg
         if self.momentum:
             if index in self.buf:
-                step = self.buf[index] * self.momentum + step
+                step = self.buf[index] * _live(lambda: self.momentum) + step
             self.buf[index] = step
-        return param.data - step * self.lr
+        return param.data - step * _live(lambda: self.lr)
 
     def state_tensors(self) -> List[Tensor]:
         return (list(self.square_avg.values()) + list(self.grad_avg.values())

@@ -30,6 +30,10 @@ KERNEL_TIMER = None
 #: below this many elements of work per thread a kernel runs on one thread
 #: (a GOMP round trip costs about a microsecond; tiny kernels do not gain)
 MIN_WORK_PER_THREAD = 1 << 18
+#: the same for matmul kernels, whose work is counted in flops: a small GEMM (an LSTM
+#: cell's 16x256x64) finishes before a woken worker thread would start, and on a busy
+#: machine waking it costs milliseconds
+MIN_FLOPS_PER_THREAD = 1 << 22
 #: bytes a cached schedule holds per kernel call (kernel IR, call tables), for the cache bound
 _SCHEDULE_OVERHEAD = 4096
 
@@ -58,7 +62,7 @@ class CompiledSchedule:
         self.nbytes = _SCHEDULE_OVERHEAD * (1 + len(schedule.calls)) + self.slot_matrix.nbytes + self.param_matrix.nbytes
         threads = config.THREADS
         self.threaded = [threads > 1 and k.omp_address and c.kernel.parallel is not None and
-                         c.kernel.parallel[1] > 1 and c.kernel.work >= MIN_WORK_PER_THREAD * 2
+                         c.kernel.parallel[1] > 1 and c.kernel.work >= _min_work(c.kernel) * 2
                          for c, k in zip(schedule.calls, self.kernels)]
 
     def run(self, leaves, scalars, device) -> list:
@@ -101,6 +105,10 @@ class CompiledSchedule:
                 POOL.release(t)
         counters.add("kernels_launched", len(s.calls))
         return outputs
+
+
+def _min_work(kernel) -> int:
+    return MIN_FLOPS_PER_THREAD if kernel.name.startswith("M_") else MIN_WORK_PER_THREAD
 
 
 class _Args:

@@ -51,6 +51,11 @@ class ScheduleCache:
         self.entries.clear()
 
 
+#: `RECORDER(entry, leaves, scalars, device, outputs)` after each schedule runs, or None;
+#: set by needle.jit (engine/jit.py) only while it captures a step
+RECORDER = None
+
+
 def realize(cache: ScheduleCache, nodes, wait=None) -> None:
     """Compute `nodes` with one schedule; `wait()` blocks until the device is done
     (so run_seconds and callers' timings count the work, not the launches)."""
@@ -63,5 +68,7 @@ def realize(cache: ScheduleCache, nodes, wait=None) -> None:
         wait()
     counters.add("run_seconds", time.perf_counter() - t0)
     counters.add("schedules")
+    if RECORDER is not None:
+        RECORDER(entry, leaves, scalars, nodes[0].device, outputs)
     for node, array in zip(nodes, outputs):
         node.become_buffer(array)

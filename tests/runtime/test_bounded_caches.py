@@ -22,6 +22,7 @@ from needle.runtime.pool import BufferPool
 def limits(monkeypatch):
     """Set cache limits for one test (restored afterwards, caches cleared)."""
     cpu_runtime.clear_schedule_cache()  # limits apply as entries are added
+    jit._compiled.clear()
 
     def set_limits(**values):
         for name, value in values.items():

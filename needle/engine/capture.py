@@ -1,0 +1,127 @@
+"""Recording one call of a function, for `needle.jit`.
+
+While a `Recorder` is active (`CURRENT`, on the thread that started it), the
+layers below report to it, each through one cheap check on its own path:
+
+- `read_state(tensor, data)`: an op reads a tensor's realized data (autograd);
+- `created(tensor)`: a tensor was made during the call (autograd);
+- `schedule(entry, leaves, scalars, device, outputs)`: a compiled schedule ran
+  (runtime.schedules, through its RECORDER hook);
+- `draw(fn, args, kwargs, tensor)`: a random tensor was drawn (init);
+- `on_replay(callback)`: Python state a replay must advance (Adam's step count);
+- `host_read(what)`: a value is about to be read back to Python, which a capture
+  cannot replay faithfully, so it raises JitError naming the user's line.
+
+This module imports nothing from needle above the error classes, so every layer
+can call into it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import weakref
+
+from ..errors import JitError
+
+#: the active Recorder, or None (read on hot paths: keep it a plain module global)
+CURRENT = None
+
+_NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_line() -> str:
+    """'file:line: code' of the innermost frame outside the needle package."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_NEEDLE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>"
+    import linecache
+    code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}: {code}"
+
+
+class ScheduleRun:
+    """One compiled schedule launched during the capture, with what it was given."""
+
+    __slots__ = ("entry", "leaves", "scalars", "device", "outputs")
+
+    def __init__(self, entry, leaves, scalars, device, outputs):
+        self.entry, self.leaves, self.scalars = entry, list(leaves), list(scalars)
+        self.device, self.outputs = device, list(outputs)
+
+
+class Recorder:
+    """What one call did: schedules run, state read, tensors made, random draws and
+    replay callbacks, in order."""
+
+    def __init__(self):
+        self.thread = threading.get_ident()
+        self.runs = []            # ScheduleRun, in launch order
+        self.readers = {}         # id(NDArray) -> (weakref to the Tensor read, user line)
+        self.created_ids = set()  # ids of tensors made during the call ...
+        self.created = []         # ... and weak references to them
+        self.actions = []         # ("draw", index) | ("call", callback), in call order
+        self.draws = []           # (fn, args, kwargs, NDArray drawn)
+
+    def mine(self) -> bool:
+        return threading.get_ident() == self.thread
+
+    def read_state(self, tensor, data) -> None:
+        for x in (data if isinstance(data, tuple) else (data,)):
+            array = x.arg if getattr(x, "is_lazy", False) and x.op == "buffer" else x
+            if getattr(array, "is_lazy", False) or id(array) in self.readers:
+                continue
+            self.readers[id(array)] = (weakref.ref(tensor), id(tensor) in self.created_ids, array)
+
+    def created_tensor(self, tensor) -> None:
+        self.created_ids.add(id(tensor))
+        self.created.append(weakref.ref(tensor))
+
+    def schedule(self, entry, leaves, scalars, device, outputs) -> None:
+        self.runs.append(ScheduleRun(entry, leaves, scalars, device, outputs))
+
+    def draw(self, fn, args, kwargs, tensor) -> None:
+        self.actions.append(("draw", len(self.draws)))
+        self.draws.append((fn, args, kwargs, tensor._cached_data))
+
+    def call(self, callback) -> None:
+        self.actions.append(("call", callback))
+
+
+def read_state(tensor, data) -> None:
+    r = CURRENT
+    if r is not None and r.mine():
+        r.read_state(tensor, data)
+
+
+def created(tensor) -> None:
+    r = CURRENT
+    if r is not None and r.mine():
+        r.created_tensor(tensor)
+
+
+def draw(fn, args, kwargs, tensor) -> None:
+    r = CURRENT
+    if r is not None and r.mine():
+        r.draw(fn, args, kwargs, tensor)
+
+
+def on_replay(callback) -> None:
+    """Have `callback()` run at every replay of the step being captured (for Python
+    state the step advances, such as an optimizer's step count).  A no-op otherwise."""
+    r = CURRENT
+    if r is not None and r.mine():
+        r.call(callback)
+
+
+def host_read(what: str) -> None:
+    """Raise JitError if a capture is running on this thread: `what` (a `.numpy()`,
+    `.item()`, printing, a Python `if` on a tensor) would read a value back to Python,
+    and a replay, which does not run the function's Python, could not do the same."""
+    r = CURRENT
+    if r is not None and r.mine():
+        raise JitError(f"needle.jit: {what} reads a tensor's value inside the captured function, "
+                       f"at {user_line()}; a replay does not run Python, so it cannot be captured. "
+                       "Return the tensor and read it after the call (or use NEEDLE_JIT=0).")

@@ -1,0 +1,444 @@
+"""Captured steps: `needle.jit(fn)` records the compiled schedules one call of `fn`
+launches and replays them on later calls without running `fn`'s Python.
+
+Call 1 runs `fn` plainly (optimizers create their state); call 2 runs it under a
+`capture.Recorder` and turns what it saw into a `CapturedStep`; later calls with
+the same key replay it.  A replay binds every leaf buffer of every schedule to
+where that data lives *now*:
+
+- an input: the Tensor arguments of this call;
+- an output of an earlier schedule of this replay;
+- a random draw: made afresh, in the order the function made them;
+- state: the current data of the Tensor the function read (parameters), or of the
+  Tensor that replaced it during the captured call (a module attribute or an
+  optimizer's dict entry set to a new Tensor: found by comparing the containers
+  reachable from the function before and after the call);
+- a constant made inside the function (kept from the capture).
+
+Run-time scalars that are `RuntimeScalar`s (optimizer hyperparameters) are read
+again at each replay; others are constants of the capture.  After the kernels,
+every Tensor that held a result of the captured call (parameters, optimizer and
+module state, gradients) is given the new result, and the return value is rebuilt
+from fresh Tensors, so what an earlier call returned stays valid.
+"""
+from __future__ import annotations
+
+import functools
+import gc
+import types
+from collections import OrderedDict
+
+from .. import autograd, config
+from ..autograd import Tensor, TensorTuple
+from ..errors import JitError
+from ..ir.nodes import RuntimeScalar
+from ..runtime import schedules
+from . import capture
+
+_INPUT, _OUTPUT, _DRAW, _STATE, _CONST = range(5)
+
+
+# ---- the function's arguments -------------------------------------------------------------
+def _flatten(value, tensors: list):
+    """A hashable template of `value` with its Tensors replaced by their index in
+    `tensors` (appended), so two calls match when their templates do."""
+    if isinstance(value, Tensor):
+        tensors.append(value)
+        return (_INPUT, len(tensors) - 1)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_flatten(v, tensors) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple((k, _flatten(v, tensors)) for k, v in value.items())
+    try:
+        hash(value)
+        return ("value", type(value), value)
+    except TypeError:
+        return ("object", id(value))
+
+
+def _array(tensor):
+    """The realized NDArray of a tensor (computing it if it is pending)."""
+    data = tensor._cached_data
+    if getattr(data, "is_lazy", False):
+        data = tensor.realize_cached_data()
+    return data
+
+
+# ---- where state lives: the containers reachable from the function -----------------------
+def _roots(fn, args, kwargs) -> list:
+    roots = list(args) + list(kwargs.values())
+    target = fn
+    if isinstance(target, types.MethodType):
+        roots.append(target.__self__)
+        target = target.__func__
+    code = getattr(target, "__code__", None)
+    for cell in getattr(target, "__closure__", None) or ():
+        try:
+            roots.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    if code is not None:
+        g = getattr(target, "__globals__", {})
+        roots.extend(g[name] for name in code.co_names if name in g)
+    return roots
+
+
+def _slots(roots, limit: int = 200_000) -> list:
+    """(container, key, value) for every Tensor (or tuple of them) held in a dict, a
+    list or an object's attributes reachable from `roots` (modules, optimizers, user
+    objects), so that a value the call replaced can be matched with its successor."""
+    found, seen, stack = [], set(), [(r, 0) for r in roots]
+    while stack and len(seen) < limit:
+        obj, depth = stack.pop()
+        if id(obj) in seen or depth > 64 or isinstance(obj, (Tensor, str, bytes, int, float, type,
+                                                             types.ModuleType, types.FunctionType)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, dict):
+            items = list(obj.items())
+        elif isinstance(obj, list):
+            items = list(enumerate(obj))
+        elif isinstance(obj, tuple):
+            stack.extend((v, depth + 1) for v in obj)
+            continue
+        elif hasattr(obj, "__dict__") and not callable(obj) or _is_module_like(obj):
+            stack.append((obj.__dict__, depth + 1))
+            continue
+        else:
+            continue
+        for key, value in items:
+            if isinstance(value, Tensor) or (isinstance(value, tuple) and value and
+                                             all(isinstance(v, Tensor) for v in value)):
+                found.append((obj, key, value))
+            else:
+                stack.append((value, depth + 1))
+    return found
+
+
+def _is_module_like(obj) -> bool:
+    """Modules and optimizers are callable objects (or have step) whose attributes hold state."""
+    from ..nn import Module
+    from ..optim import Optimizer
+    return isinstance(obj, (Module, Optimizer))
+
+
+def _replacements(slots) -> dict:
+    """id(old Tensor) -> new Tensor for every slot whose Tensor the call replaced."""
+    replaced = {}
+    for container, key, old in slots:
+        try:
+            new = container[key]
+        except (KeyError, IndexError, TypeError):
+            continue
+        pairs = zip(old, new) if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new) \
+            else [(old, new)]
+        for a, b in pairs:
+            if isinstance(a, Tensor) and isinstance(b, Tensor) and a is not b:
+                replaced[id(a)] = b
+    return replaced
+
+
+def _modules_in(roots) -> list:
+    from ..nn import Module
+    out, seen = [], set()
+    for r in roots:
+        if isinstance(r, Module):
+            for m in [r] + r._children():
+                if id(m) not in seen:
+                    seen.add(id(m))
+                    out.append(m)
+    return out
+
+
+# ---- a captured call ----------------------------------------------------------------------
+class _Run:
+    """One schedule of a CapturedStep: the compiled entry and how to bind it."""
+
+    __slots__ = ("entry", "device", "leaves", "scalars", "checks")
+
+    def __init__(self, entry, device, leaves, scalars, checks):
+        self.entry, self.device, self.leaves, self.scalars, self.checks = entry, device, leaves, scalars, checks
+
+
+class CapturedStep:
+    """The schedules of one call and the bindings that replay them."""
+
+    def __init__(self, recorder: capture.Recorder, inputs: list, result, slots_before, roots, modules):
+        self.modules = modules
+        self.training = tuple(m.training for m in modules)
+        self.actions = list(recorder.actions)
+        self.draws = [(fn, args, kwargs) for fn, args, kwargs, _ in recorder.draws]
+        input_ids = {id(_array(t)): i for i, t in enumerate(inputs)}
+        draw_ids = {id(array): k for k, (_, _, _, array) in enumerate(recorder.draws)}
+        replaced = _replacements(slots_before)
+        out_ids = {}
+        self.runs = []
+        for s, run in enumerate(recorder.runs):
+            leaves, checks = [], []
+            for leaf in run.leaves:
+                binding = self._bind_leaf(leaf, input_ids, out_ids, draw_ids, recorder, replaced)
+                leaves.append(binding)
+                if binding[0] == _STATE:
+                    checks.append((len(leaves) - 1, leaf.shape, leaf.strides, leaf.offset, leaf.dtype))
+            scalars = [sc.value.provider if isinstance(sc.value, RuntimeScalar) else sc for sc in run.scalars]
+            self.runs.append(_Run(run.entry, run.device, leaves, scalars, checks))
+            for j, array in enumerate(run.outputs):
+                out_ids.setdefault(id(array), (s, j))
+        returned = set()
+        self.result = self._template(result, input_ids, out_ids, returned)
+        self.holders = self._holders(recorder, out_ids, returned, slots_before, replaced)
+        self.n_inputs = len(inputs)
+
+    @staticmethod
+    def _bind_leaf(leaf, input_ids, out_ids, draw_ids, recorder, replaced):
+        key = id(leaf)
+        if key in input_ids:
+            return (_INPUT, input_ids[key])
+        if key in out_ids:
+            return (_OUTPUT,) + out_ids[key]
+        if key in draw_ids:
+            return (_DRAW, draw_ids[key])
+        read = recorder.readers.get(key)
+        if read is None or read[1]:  # made inside the call (a constant, a seed gradient)
+            return (_CONST, leaf)
+        tensor = read[0]()
+        anchor, hops = tensor, 0
+        while anchor is not None and id(anchor) in replaced and hops < 64:
+            anchor, hops = replaced[id(anchor)], hops + 1
+        if anchor is None:
+            raise JitError("needle.jit: the function replaced a tensor it reads as state in a place "
+                           "needle cannot follow (keep state in module attributes, optimizer state or "
+                           "containers the function can reach); pass it as an argument instead")
+        return (_STATE, anchor)
+
+    def _template(self, value, input_ids, out_ids, returned):
+        if isinstance(value, Tensor):
+            returned.add(id(value))
+            array = value._cached_data
+            array = array.arg if getattr(array, "is_lazy", False) and array.op == "buffer" else array
+            if id(array) in out_ids:
+                return (_OUTPUT,) + out_ids[id(array)] + (value.requires_grad,)
+            return (_CONST, value)  # an input or a state tensor handed back as it is
+        if isinstance(value, (list, tuple)) and not isinstance(value, TensorTuple):
+            items = [self._template(v, input_ids, out_ids, returned) for v in value]
+            return ("seq", type(value), items)
+        if isinstance(value, dict):
+            return ("dict", [(k, self._template(v, input_ids, out_ids, returned)) for k, v in value.items()])
+        return (_CONST, value)
+
+    @staticmethod
+    def _holders(recorder, out_ids, returned, slots_before, replaced) -> list:
+        """(weakref to Tensor, position in a tuple or None, schedule, output) for every
+        live Tensor, other than the returned ones, that holds a result of the call."""
+        import weakref
+        candidates = [r() for r in recorder.created]
+        candidates += [ref() for ref, _, _ in recorder.readers.values()]
+        candidates += list(replaced.values())
+        holders, seen = [], set()
+        for t in candidates:
+            if t is None or id(t) in seen or id(t) in returned:
+                continue
+            seen.add(id(t))
+            data = t._cached_data
+            for pos, x in enumerate(data if isinstance(data, tuple) else (data,)):
+                array = x.arg if getattr(x, "is_lazy", False) and x.op == "buffer" else x
+                if id(array) in out_ids:
+                    holders.append((weakref.ref(t), pos if isinstance(data, tuple) else None) + out_ids[id(array)])
+        return holders
+
+    # ---- replay ----------------------------------------------------------------------------
+    def matches(self) -> bool:
+        return all(m.training == f for m, f in zip(self.modules, self.training))
+
+    def replay(self, inputs: list):
+        draws = []
+        for kind, what in self.actions:
+            if kind == "draw":
+                fn, args, kwargs = self.draws[what]
+                draws.append(_array(fn(*args, **kwargs)))
+            else:
+                what()
+        arrays = [_array(t) for t in inputs]
+        outs = []
+        for run in self.runs:
+            leaves = []
+            for b in run.leaves:
+                kind = b[0]
+                if kind == _STATE:
+                    leaves.append(_array(b[1]))
+                elif kind == _INPUT:
+                    leaves.append(arrays[b[1]])
+                elif kind == _OUTPUT:
+                    leaves.append(outs[b[1]][b[2]])
+                elif kind == _CONST:
+                    leaves.append(b[1])
+                else:
+                    leaves.append(draws[b[1]])
+            for i, shape, strides, offset, dtype in run.checks:
+                a = leaves[i]
+                if a.shape != shape or a.strides != strides or a.offset != offset or a.dtype != dtype:
+                    return _STALE
+            scalars = [_Value(s()) if callable(s) else s for s in run.scalars]
+            outs.append(run.entry.run(leaves, scalars, run.device))
+        for ref, pos, s, j in self.holders:
+            t = ref()
+            if t is not None:
+                if pos is None:
+                    t._cached_data = outs[s][j]
+                else:
+                    data = list(t._cached_data)
+                    data[pos] = outs[s][j]
+                    t._cached_data = tuple(data)
+        return self._rebuild(self.result, outs)
+
+    def _rebuild(self, template, outs):
+        kind = template[0]
+        if kind == _OUTPUT:
+            return Tensor.make_const(outs[template[1]][template[2]], requires_grad=template[3])
+        if kind == "seq":
+            return template[1](self._rebuild(t, outs) for t in template[2])
+        if kind == "dict":
+            return {k: self._rebuild(t, outs) for k, t in template[1]}
+        return template[1]
+
+    def explain(self) -> str:
+        kinds = {_INPUT: "input", _OUTPUT: "earlier output", _DRAW: "random draw", _STATE: "state", _CONST: "constant"}
+        lines = [f"  {len(self.runs)} schedule(s), {sum(len(r.entry.schedule.calls) for r in self.runs)} kernel(s), "
+                 f"{len(self.holders)} state tensor(s) updated in place, {len(self.draws)} random draw(s), "
+                 f"{sum(1 for k, _ in self.actions if k == 'call')} replay callback(s)"]
+        for s, run in enumerate(self.runs):
+            counts = {}
+            for b in run.leaves:
+                counts[kinds[b[0]]] = counts.get(kinds[b[0]], 0) + 1
+            live = sum(1 for x in run.scalars if callable(x))
+            lines.append(f"  schedule {s} on {run.device}: leaves " +
+                         ", ".join(f"{n} {k}" for k, n in counts.items()) +
+                         f"; scalars {len(run.scalars)} ({live} read at each call)")
+            for c in run.entry.schedule.calls:
+                lines.append(f"    {c.kernel.name}")
+        return "\n".join(lines)
+
+
+class _Value:
+    """A run-time scalar's value for one replay (what a Scalar offers the runtime)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+_STALE = object()  # a replay found state with another layout: capture again
+
+
+# ---- the user-facing function -------------------------------------------------------------
+class JitFunction:
+    """`fn` with captured steps; see the module docstring and SPEC "Captured steps"."""
+
+    def __init__(self, fn, max_captures: int = 8):
+        if not callable(fn):
+            raise JitError(f"needle.jit: expected a function, got {type(fn).__name__}")
+        if not isinstance(max_captures, int) or max_captures < 1:
+            raise JitError(f"needle.jit: max_captures must be a positive integer, got {max_captures!r}")
+        self.fn, self.max_captures = fn, max_captures
+        functools.update_wrapper(self, fn)
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop every capture; the next call runs the function plainly again."""
+        self.captures: "OrderedDict[object, list]" = OrderedDict()
+        self.calls = 0
+        self.replays = 0
+
+    def __get__(self, obj, objtype=None):  # @needle.jit on a method
+        if obj is None:
+            return self
+        bound = self.__dict__.setdefault("_bound", {})
+        if id(obj) not in bound:
+            bound[id(obj)] = JitFunction(types.MethodType(self.fn, obj), self.max_captures)
+        return bound[id(obj)]
+
+    def __call__(self, *args, **kwargs):
+        if not config.JIT or not autograd.LAZY_MODE and autograd.BACKEND != "nd":
+            return self.fn(*args, **kwargs)
+        if capture.CURRENT is not None:  # a jitted function called inside a capture: inline it
+            return self.fn(*args, **kwargs)
+        self.calls += 1
+        inputs = []
+        key = (_flatten(args, inputs), _flatten(kwargs, inputs), autograd.LAZY_MODE)
+        if self.calls == 1:
+            return self.fn(*args, **kwargs)  # warm-up: optimizers create their state
+        if inputs:
+            from ..realize import realize
+            realize(*[t for t in inputs if autograd.is_pending(t._cached_data)])
+        key = key + (tuple((t.shape, t.dtype, str(t.device), _array(t).strides) for t in inputs),)
+        for step in self.captures.get(key, ()):
+            if step.matches():
+                self.captures.move_to_end(key)
+                result = step.replay(inputs)
+                if result is not _STALE:
+                    self.replays += 1
+                    return result
+                self.captures[key].remove(step)
+                break
+        return self._capture(key, inputs, args, kwargs)
+
+    def _capture(self, key, inputs, args, kwargs):
+        roots = _roots(self.fn, args, kwargs)
+        slots_before = _slots(roots)
+        recorder = capture.Recorder()
+        capture.CURRENT, schedules.RECORDER = recorder, recorder.schedule
+        try:
+            result = self.fn(*args, **kwargs)
+            pending = [x for t in _tensors_in(result) for x in _pending(t)]
+            from ..runtime import realize_nodes
+            realize_nodes(pending)  # close the step: nothing it made stays pending
+        finally:
+            capture.CURRENT, schedules.RECORDER = None, None
+        gc.collect()
+        step = CapturedStep(recorder, inputs, result, slots_before, roots, _modules_in(roots))
+        self.captures.setdefault(key, []).append(step)
+        self.captures.move_to_end(key)
+        while sum(len(v) for v in self.captures.values()) > self.max_captures:
+            oldest = next(iter(self.captures))
+            self.captures[oldest].pop(0)
+            if not self.captures[oldest]:
+                del self.captures[oldest]
+        return result
+
+    def explain(self) -> str:
+        """The captured kernels, buffers and state, one block per capture (also printed)."""
+        lines = [f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): {self.calls} call(s), "
+                 f"{self.replays} replay(s), {sum(len(v) for v in self.captures.values())} capture(s)"]
+        for key, steps in self.captures.items():
+            shapes = ", ".join(f"{tuple(s)} {d}" for s, d, _, _ in key[-1]) or "no tensor inputs"
+            for step in steps:
+                lines.append(f"capture for inputs [{shapes}]:")
+                lines.append(step.explain())
+        text = "\n".join(lines)
+        print(text)
+        return text
+
+
+def _tensors_in(value):
+    if isinstance(value, (Tensor, TensorTuple)):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors_in(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors_in(v)
+
+
+def _pending(t):
+    data = t._cached_data
+    return [x for x in (data if isinstance(data, tuple) else (data,)) if autograd.is_pending(x)]
+
+
+def jit(fn=None, *, max_captures: int = 8):
+    """Capture a step once and replay it without building the graph in Python
+    (SPEC "Captured steps"): `step = needle.jit(fn)` or `@needle.jit`."""
+    if fn is None:
+        return lambda f: JitFunction(f, max_captures)
+    return JitFunction(fn, max_captures)
