@@ -214,7 +214,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="learning rate (default: 0.1 for sgd, 0.001 for adam)")
     parser.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="adam",
                         help="optimizer (default: adam)")
-    parser.add_argument("--hidden", type=int, default=128, metavar="H", help="hidden units of mlp (default: 128)")
+    parser.add_argument("--hidden", type=int, default=256, metavar="H", help="hidden units of mlp (default: 256)")
     parser.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
                         help="learning rate over the epochs: cosine annealing to 0, or constant (default: cosine)")
     parser.add_argument("--device", choices=tuple(DEVICES), default="cpu", help="device (default: cpu)")
