@@ -55,3 +55,16 @@ def test_divide_scalar_gradient_with_an_array_scalar():
     x = ndl.Tensor(np.random.randn(5, 4), dtype="float64")
     ops.divide_scalar(x, scalar=s).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), np.full((5, 4), 1 / s[0]), rtol=1e-12)
+
+
+def test_topological_order_of_a_matmul_graph_with_subtraction():
+    # the course's third topological-order case: (a @ b + b - a) @ a has 7 nodes
+    a = ndl.Tensor(np.asarray([[1.4335016, 0.30559972], [0.08130171, -1.15072371]]))
+    b = ndl.Tensor(np.asarray([[1.34571691, -0.95584433], [-0.99428573, -0.04017499]]))
+    e = (a @ b + b - a) @ a
+    order = ndl.autograd.find_topo_sort([e])
+    an, bn = a.numpy().astype(np.float64), b.numpy().astype(np.float64)
+    want = [an, bn, an @ bn, an @ bn + bn, -an, an @ bn + bn - an, (an @ bn + bn - an) @ an]
+    assert len(order) == len(want)
+    for got, ref in zip(order, want):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-6, atol=1e-6)
