@@ -30,6 +30,10 @@ WORKLOADS = {
     "elementwise chain 2^14": ("chain", {"x": (1 << 14,), "y": (1 << 14,), "z": (1 << 14,)}),
     "elementwise chain 2^20": ("chain", {"x": (1 << 20,), "y": (1 << 20,), "z": (1 << 20,)}),
     "elementwise chain 2^24": ("chain", {"x": (1 << 24,), "y": (1 << 24,), "z": (1 << 24,)}),
+    "exp 2^20": ("exp", {"x": (1 << 20,)}),
+    "tanh 2^20": ("tanh", {"x": (1 << 20,)}),
+    "log 2^20": ("log", {"p": (1 << 20,)}),
+    "pow 2^20 (x ** y)": ("pow", {"p": (1 << 20,), "y": (1 << 20,)}),
     "MLP step 784-256-10 b128": ("mlp", {"x": (128, 784), "labels": ("labels", 128, 10), "w1": (784, 256),
                                          "b1": (256,), "w2": (256, 10), "b2": (10,)}),
 }
@@ -46,7 +50,8 @@ def inputs(name: str, seed: int = 0) -> dict:
             out[key] = rng.integers(0, shape[2], shape[1]).astype(np.int64)
         else:
             scale = 0.05 if key.startswith("w") else 1.0
-            out[key] = (rng.standard_normal(shape) * scale).astype(np.float32)
+            value = rng.standard_normal(shape) * scale
+            out[key] = (np.abs(value) + 0.1 if key == "p" else value).astype(np.float32)  # p: positive
     return out
 
 
@@ -89,6 +94,10 @@ def _numpy(impl, family, a):
         "sum_cols": lambda: a["x"].sum(0),
         "matmul": lambda: a["a"] @ a["b"],
         "chain": lambda: np.maximum(a["x"] * a["y"] + a["z"], 0) * 0.5 + np.exp(-a["x"]),
+        "exp": lambda: np.exp(a["x"]),
+        "tanh": lambda: np.tanh(a["x"]),
+        "log": lambda: np.log(a["p"]),
+        "pow": lambda: a["p"] ** a["y"],
         "mlp": mlp,
     }
     return fns[family]
@@ -125,6 +134,10 @@ def _needle(impl, family, a):
         "sum_cols": lambda: t["x"].sum((0,)),
         "matmul": lambda: t["a"] @ t["b"],
         "chain": lambda: ops.relu(t["x"] * t["y"] + t["z"]) * 0.5 + ops.exp(-t["x"]),
+        "exp": lambda: ops.exp(t["x"]),
+        "tanh": lambda: ops.tanh(t["x"]),
+        "log": lambda: ops.log(t["p"]),
+        "pow": lambda: ops.power(t["p"], t["y"]),
     }
     fn = fns[family]
 
@@ -158,6 +171,10 @@ def _torch(impl, family, a):
         "sum_cols": lambda x: x.sum(0),
         "matmul": lambda a_, b_: a_ @ b_,
         "chain": lambda x, y, z: torch.relu(x * y + z) * 0.5 + torch.exp(-x),
+        "exp": torch.exp,
+        "tanh": torch.tanh,
+        "log": torch.log,
+        "pow": torch.pow,
     }
     fn = torch.compile(fns[family]) if impl == "torch.compile" else fns[family]
     args = [t[k] for k in ARGS[family]]
@@ -200,6 +217,10 @@ def _jax(impl, family, a):
         "sum_cols": lambda x: x.sum(0),
         "matmul": lambda a_, b_: a_ @ b_,
         "chain": lambda x, y, z: jnp.maximum(x * y + z, 0) * 0.5 + jnp.exp(-x),
+        "exp": jnp.exp,
+        "tanh": jnp.tanh,
+        "log": jnp.log,
+        "pow": lambda x, y: x ** y,
     }
     fn = jax.jit(fns[family])
     args = [t[k] for k in ARGS[family]]
@@ -208,4 +229,4 @@ def _jax(impl, family, a):
 
 ARGS = {"cross-entropy": ("logits", "labels"), "softmax": ("x",), "logsoftmax": ("x",),
                "layernorm": ("x",), "sum_rows": ("x",), "sum_cols": ("x",), "matmul": ("a", "b"),
-               "chain": ("x", "y", "z")}
+               "chain": ("x", "y", "z"), "exp": ("x",), "tanh": ("x",), "log": ("p",), "pow": ("p", "y")}

@@ -28,6 +28,10 @@ from .views import View
 KC = 512        # K block: a B panel (KC x NR) is reused from L1/L2 by every A panel of a block
 MC_PANELS = 12  # A panels per row block (MC = 12 * MR rows, an A block of ~200 KB in L2)
 SMALL = 48 ** 3  # below this many multiply-adds the plain loop nest wins
+#: an operand read straight from its buffer (a parameter, an activation) of at most this many
+#: elements is not packed: it stays in L2 across panels, and packing it would cost a kernel
+#: launch and a copy on every call (most of the time of a layer-sized matmul)
+DIRECT_LIMIT = 1 << 18
 
 
 def tile_shape(dtype: str) -> tuple:
@@ -65,13 +69,30 @@ class Tiling:
         per_thread = -(-self.MP // max(1, 2 * config.THREADS))  # at least two blocks per thread
         self.MCP = max(1, min(MC_PANELS, per_thread))
         self.IB = -(-self.MP // self.MCP)
-        self.ap = new_scratch(self.BT * self.KB * self.MP * KC * self.MR, m.dtype)
-        self.bp = new_scratch(self.BT * self.KB * self.NP * KC * self.NR, m.dtype)
+        # A is read one element per row and step (any layout will do; rows past M are
+        # clamped, their results dropped); B a SIMD vector per step, so it must be
+        # contiguous along j and N whole panels
+        self.direct_a = self.direct(self.a, rows_first=True)
+        self.direct_b = self.N % self.NR == 0 and self.direct(self.b, rows_first=False)
+        self.ap = None if self.direct_a else new_scratch(self.BT * self.KB * self.MP * KC * self.MR, m.dtype)
+        self.bp = None if self.direct_b else new_scratch(self.BT * self.KB * self.NP * KC * self.NR, m.dtype)
 
     def kernels(self) -> list:
-        return [self.pack(self.a, self.ap, self.MP, self.MR, rows_first=True),
-                self.pack(self.b, self.bp, self.NP, self.NR, rows_first=False),
-                self.macro()]
+        packs = [] if self.direct_a else [self.pack(self.a, self.ap, self.MP, self.MR, rows_first=True)]
+        if not self.direct_b:
+            packs.append(self.pack(self.b, self.bp, self.NP, self.NR, rows_first=False))
+        return packs + [self.macro()]
+
+    def direct(self, operand, rows_first: bool) -> bool:
+        """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
+        fused computation, which every panel would repeat), no mask, small enough
+        to stay in cache, and (for B) contiguous along its columns."""
+        if math.prod(operand.shape) > DIRECT_LIMIT:
+            return False
+        i, k = K.Var("probe_i"), K.Var("probe_k")
+        value = self.make().gen(operand, self.batch_index(K.Const(0)) + ((i, k) if rows_first else (k, i)))
+        return (isinstance(value, K.Load) and value.valid is None
+                and (rows_first or _stride(value.index, "probe_i") == 1))
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""
@@ -118,8 +139,8 @@ class Tiling:
     def macro(self) -> K.Kernel:
         low = self.make()
         dtype, MR, NR = self.m.dtype, self.MR, self.NR
-        ap = low.buffer(self.ap, dtype, "in")
-        bp = low.buffer(self.bp, dtype, "in")
+        ap = None if self.direct_a else low.buffer(self.ap, dtype, "in")
+        bp = None if self.direct_b else low.buffer(self.bp, dtype, "in")
         out = low.buffer(low.slot_of(low.group.root), low.group.root.dtype, "out")
         q, pc, jp, ipo = K.Var("q"), K.Var("pc"), K.Var("jp"), K.Var("ipo")
         bt = K.idiv(q, self.IB) if self.BT > 1 else K.Const(0)
@@ -130,11 +151,19 @@ class Tiling:
         b_base = K.Var("pb")
         acc_at = K.affine([(r, NR), (c, 1)])
         acc = K.Load("acc", acc_at, dtype)
-        update = K.Binary("add", acc, K.Binary("mul", K.Var("a_r", dtype),
-                                                K.Load(bp, K.affine([(b_base, 1), (kk, NR), (c, 1)]), dtype),
-                                                dtype), dtype)
+        k = K.affine([(pc, KC), (kk, 1)])
+        if self.direct_b:
+            b_value = low.gen(self.b, self.batch_index(bt) + (k, K.affine([(jp, NR), (c, 1)])))
+        else:
+            b_value = K.Load(bp, K.affine([(b_base, 1), (kk, NR), (c, 1)]), dtype)
+        if self.direct_a:
+            row = K.Binary("min", K.affine([(ip, MR), (r, 1)]), K.Const(self.M - 1), K.INDEX)
+            a_value = low.gen(self.a, self.batch_index(bt) + (row, k))
+        else:
+            a_value = K.Load(ap, K.affine([(a_base, 1), (kk, MR), (r, 1)]), dtype)
+        update = K.Binary("add", acc, K.Binary("mul", K.Var("a_r", dtype), b_value, dtype), dtype)
         k_loop = K.Loop("kk", kc, [K.Loop("r", MR, [
-            K.Let("a_r", K.Load(ap, K.affine([(a_base, 1), (kk, MR), (r, 1)]), dtype)),
+            K.Let("a_r", a_value),
             K.Loop("c", NR, [K.Store("acc", acc_at, update)], "vector")], "unroll")])
         zero = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("acc", acc_at, K.Const(0, dtype))], "vector")], "unroll")
         spill = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("tile", acc_at, acc)], "vector")], "unroll")
@@ -191,6 +220,25 @@ def epilogue_index(m, root, bt, i, j) -> tuple:
     if root.shape and root.shape[-1] == cols:
         return _unravel(K.affine([(bt, rows), (i, 1)]), root.shape[:-1]) + (j,)
     return _unravel(K.affine([(bt, rows * cols), (i, cols), (j, 1)]), root.shape)
+
+
+def _stride(index, var: str):
+    """The coefficient of `var` in an affine index expression (None if not affine)."""
+    if isinstance(index, K.Var):
+        return 1 if index.name == var else 0
+    if isinstance(index, K.Const):
+        return 0
+    if isinstance(index, K.Binary) and index.op in ("add", "sub"):
+        a, b = _stride(index.a, var), _stride(index.b, var)
+        return None if a is None or b is None else a + b if index.op == "add" else a - b
+    if isinstance(index, K.Binary) and index.op == "mul":
+        a, b = _stride(index.a, var), _stride(index.b, var)
+        if a == 0 and b is not None and isinstance(index.a, K.Const):
+            return index.a.value * b
+        if b == 0 and a is not None and isinstance(index.b, K.Const):
+            return index.b.value * a
+        return 0 if a == 0 and b == 0 else None
+    return None
 
 
 def _unravel(flat, shape) -> tuple:

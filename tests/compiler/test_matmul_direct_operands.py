@@ -1,0 +1,86 @@
+"""Matmul tiling reads small operands straight from their buffers instead of
+packing them (no pack kernel, no copy per call); values against numpy float64."""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import ops
+from needle.compiler import matmul_tiling
+from needle.compiler.schedule import plan
+from needle.ir.printer import output_nodes
+
+
+@pytest.fixture(autouse=True)
+def lazy():
+    with ndl.lazy():
+        yield
+
+
+def names(*tensors) -> list:
+    schedule, _ = plan(output_nodes(list(tensors)))
+    return [call.kernel.name for call in schedule.calls]
+
+
+def tensor(*shape):
+    return ndl.Tensor(np.random.randn(*shape).astype(np.float32), requires_grad=False)
+
+
+def close(y, want):
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def f64(t):
+    return t.numpy().astype(np.float64)
+
+
+NR = matmul_tiling.tile_shape("float32")[1]
+
+
+def test_layer_sized_matmul_packs_nothing():
+    """128 rows (not a multiple of MR: the last panel's rows are clamped) by a weight
+    whose width is whole panels: one kernel."""
+    x, w = tensor(128, 200), tensor(200, 4 * NR)
+    y = x @ w
+    assert names(y) == [f"M_128_{4 * NR}_200"]
+    close(y, f64(x) @ f64(w))
+
+
+def test_ragged_width_packs_only_b():
+    x, w = tensor(67, 120), tensor(120, NR + 3)  # above matmul_tiling.SMALL
+    y = x @ w
+    assert [n[:3] for n in names(y)] == ["PB_", "M_6"]
+    close(y, f64(x) @ f64(w))
+
+
+def test_transposed_a_and_bias_relu_epilogue():
+    """The weight gradient's x.T @ g reads x through a transposed view; the epilogue
+    still runs on the write-back."""
+    x, g, bias = tensor(64, 90), tensor(64, 2 * NR), tensor(1, 2 * NR)
+    y = ops.relu(ops.transpose(x) @ g + ops.broadcast_to(bias, (90, 2 * NR)))
+    assert not any(n.startswith("P") for n in names(y))
+    close(y, np.maximum(f64(x).T @ f64(g) + f64(bias), 0))
+
+
+def test_fused_producer_is_packed_not_recomputed():
+    """An operand computed by the matmul group (here exp of the input) would be
+    recomputed for every panel if read directly: it is packed once."""
+    x, w = tensor(50, 70), tensor(70, 2 * NR)
+    y = ops.exp(x * 0.1) @ w
+    assert any(n.startswith("PA_") for n in names(y))
+    close(y, np.exp(f64(x) * 0.1) @ f64(w))
+
+
+def test_batched_direct_operands():
+    a, b = tensor(3, 40, 50), tensor(3, 50, 2 * NR)
+    y = a @ b
+    assert not any(n.startswith("P") for n in names(y))
+    close(y, f64(a) @ f64(b))
+
+
+def test_large_operands_are_packed():
+    n = 1 << 9
+    a, b = tensor(n, 2 * n), tensor(2 * n, n)  # 2**19 elements each, above DIRECT_LIMIT
+    assert a.numpy().size > matmul_tiling.DIRECT_LIMIT
+    y = a @ b
+    assert [k[:3] for k in names(y)] == ["PA_", "PB_", "M_5"]
+    close(y, f64(a) @ f64(b))
