@@ -114,6 +114,8 @@ def fuse(folded: FoldedGraph) -> FusedGraph:
             continue
         if n.op == "assemble":
             kernels.extend(_assemble_groups(n))
+        elif n.op == "scatter_add":  # a parallel zero fill, then the additions
+            kernels.extend([Group("fill", n), g])
         else:
             kernels.append(g)
     return FusedGraph(folded, kernels, stored, reasons, order, outputs)

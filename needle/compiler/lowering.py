@@ -222,8 +222,8 @@ class Lowering:
         return self.elementwise(g.root, g.domain, View.contiguous(g.domain))
 
     def scatter(self) -> K.Kernel:
-        """scatter_add: one task per position outside the indexed axes zeroes its
-        fiber of the output, then adds every value whose index lands in it.  Tasks own
+        """scatter_add, after its zero fill: one task per position outside the indexed
+        axes adds every value whose index lands in its fiber of the output.  Tasks own
         disjoint fibers and the index loops stay serial inside a task, so repeated
         indices add up without races, on threads and on the GPU grid alike."""
         g = self.group
@@ -236,15 +236,12 @@ class Lowering:
         j_ix, j_loops = loop_vars(ishape, "j")
         out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
         strides = View.contiguous(g.root.shape).strides
-        z_ix, z_loops = loop_vars(sizes, "z")
-        zero = nest_loops(z_loops, [K.Store(out, linear(pre_ix + z_ix + post_ix, strides, 0),
-                                            K.Const(0, g.root.dtype))])
         lets = [K.Let(f"t{d}", self.index_value(ix, j_ix, n)) for d, (ix, n) in enumerate(zip(indices, sizes))]
         at = linear(pre_ix + tuple(K.Var(f"t{d}") for d in range(k)) + post_ix, strides, 0)
         add = K.Store(out, at, K.Binary("add", K.Load(out, at, g.root.dtype),
                                         self.gen(values, pre_ix + j_ix + post_ix), g.root.dtype))
-        body = zero + nest_loops(j_loops, lets + [add])
-        return self.kernel(*nest(pre_loops + post_loops, body), work=max(values.size, g.root.size))
+        body = nest_loops(j_loops, lets + [add])
+        return self.kernel(*nest(pre_loops + post_loops, body), work=values.size)
 
     def _columns_pay(self) -> bool:
         """Reduce over leading axes while the last (contiguous) axis is kept: then
