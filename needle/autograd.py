@@ -359,8 +359,11 @@ class Tensor(TensorMethods, Value):
         return str(self.realize_cached_data())
 
     def __bool__(self) -> bool:
-        # Python's truth test; a captured step (needle.jit) cannot replay a branch on a value
+        """A one-element tensor is true when its value is nonzero (PyTorch); a longer one
+        when it is not empty.  A step captured by needle.jit cannot branch on a value."""
         _capture.host_read("a Python `if` (bool()) on a tensor")
+        if self.size == 1:
+            return bool(self.item())
         return len(self) != 0
 
     def numpy(self) -> numpy.ndarray:

@@ -26,16 +26,18 @@ from __future__ import annotations
 import functools
 import gc
 import types
+import weakref
 from collections import OrderedDict
 
 from .. import autograd, config
 from ..autograd import Tensor, TensorTuple
 from ..errors import JitError
+from ..ir import lazy as lazy_ir
 from ..ir.nodes import RuntimeScalar
 from ..runtime import schedules
 from . import capture
 
-_INPUT, _OUTPUT, _DRAW, _STATE, _CONST = range(5)
+_INPUT, _OUTPUT, _DRAW, _STATE, _CONST, _SLOT = range(6)
 
 
 # ---- the function's arguments -------------------------------------------------------------
@@ -110,9 +112,29 @@ def _slots(roots, limit: int = 200_000) -> list:
             if isinstance(value, Tensor) or (isinstance(value, tuple) and value and
                                              all(isinstance(v, Tensor) for v in value)):
                 found.append((obj, key, value))
+                for t in (value if isinstance(value, tuple) else (value,)):
+                    if isinstance(t.__dict__.get("grad"), Tensor):  # a parameter's gradient
+                        found.append((t.__dict__, "grad", t.__dict__["grad"]))
             else:
                 stack.append((value, depth + 1))
     return found
+
+
+def _slot_of(slots) -> dict:
+    """id(Tensor) -> (container, key, position in a tuple or None) where it now lives."""
+    where = {}
+    for container, key, value in slots:
+        if isinstance(value, tuple):
+            for pos, t in enumerate(value):
+                where.setdefault(id(t), (container, key, pos))
+        else:
+            where.setdefault(id(value), (container, key, None))
+    return where
+
+
+def _in_slot(container, key, pos):
+    value = container[key]
+    return value if pos is None else value[pos]
 
 
 def _is_module_like(obj) -> bool:
@@ -154,10 +176,10 @@ def _modules_in(roots) -> list:
 class _Run:
     """One schedule of a CapturedStep: the compiled entry and how to bind it."""
 
-    __slots__ = ("entry", "device", "leaves", "scalars", "checks")
+    __slots__ = ("entry", "device", "leaves", "scalars")
 
-    def __init__(self, entry, device, leaves, scalars, checks):
-        self.entry, self.device, self.leaves, self.scalars, self.checks = entry, device, leaves, scalars, checks
+    def __init__(self, entry, device, leaves, scalars):
+        self.entry, self.device, self.leaves, self.scalars = entry, device, leaves, scalars
 
 
 class CapturedStep:
@@ -168,72 +190,76 @@ class CapturedStep:
         self.training = tuple(m.training for m in modules)
         self.actions = list(recorder.actions)
         self.draws = [(fn, args, kwargs) for fn, args, kwargs, _ in recorder.draws]
-        input_ids = {id(_array(t)): i for i, t in enumerate(inputs)}
-        draw_ids = {id(array): k for k, (_, _, _, array) in enumerate(recorder.draws)}
-        replaced = _replacements(slots_before)
-        out_ids = {}
+        # where each buffer comes from, by the identity of its storage (`_handle`):
+        # eager ops hand views (reshapes, broadcasts) of their inputs to kernels
+        sources = {}
+        for i, t in enumerate(inputs):
+            sources.setdefault(id(_array(t)._handle), ((_INPUT, i), _array(t)))
+        for k, (_, _, _, array) in enumerate(recorder.draws):
+            sources.setdefault(id(array._handle), ((_DRAW, k), array))
+        self._state_sources(recorder, slots_before, roots, sources)
+        outputs = {}
         self.runs = []
         for s, run in enumerate(recorder.runs):
-            leaves, checks = [], []
-            for leaf in run.leaves:
-                binding = self._bind_leaf(leaf, input_ids, out_ids, draw_ids, recorder, replaced)
-                leaves.append(binding)
-                if binding[0] == _STATE:
-                    checks.append((len(leaves) - 1, leaf.shape, leaf.strides, leaf.offset, leaf.dtype))
+            leaves = [self._bind(leaf, outputs, sources) for leaf in run.leaves]
             scalars = [sc.value.provider if isinstance(sc.value, RuntimeScalar) else sc for sc in run.scalars]
-            self.runs.append(_Run(run.entry, run.device, leaves, scalars, checks))
+            self.runs.append(_Run(run.entry, run.device, leaves, scalars))
             for j, array in enumerate(run.outputs):
-                out_ids.setdefault(id(array), (s, j))
+                outputs.setdefault(id(array._handle), ((_OUTPUT, s, j), array))
         returned = set()
-        self.result = self._template(result, input_ids, out_ids, returned)
-        self.holders = self._holders(recorder, out_ids, returned, slots_before, replaced)
+        self.result = self._template(result, outputs, returned)
+        self.holders = self._holders(recorder, outputs, returned)
         self.n_inputs = len(inputs)
 
-    @staticmethod
-    def _bind_leaf(leaf, input_ids, out_ids, draw_ids, recorder, replaced):
-        key = id(leaf)
-        if key in input_ids:
-            return (_INPUT, input_ids[key])
-        if key in out_ids:
-            return (_OUTPUT,) + out_ids[key]
-        if key in draw_ids:
-            return (_DRAW, draw_ids[key])
-        read = recorder.readers.get(key)
-        if read is None or read[1]:  # made inside the call (a constant, a seed gradient)
-            return (_CONST, leaf)
-        tensor = read[0]()
-        anchor, hops = tensor, 0
-        while anchor is not None and id(anchor) in replaced and hops < 64:
-            anchor, hops = replaced[id(anchor)], hops + 1
-        if anchor is None:
-            raise JitError("needle.jit: the function replaced a tensor it reads as state in a place "
-                           "needle cannot follow (keep state in module attributes, optimizer state or "
-                           "containers the function can reach); pass it as an argument instead")
-        return (_STATE, anchor)
+    def _state_sources(self, recorder, slots_before, roots, sources) -> None:
+        """Sources of the state the call read: the Tensor read (a parameter), or what
+        replaced it in its container (a module attribute, an optimizer's dict entry),
+        found at each replay in that container."""
+        replaced = _replacements(slots_before)
+        self.slot_of = slot_of = _slot_of(_slots(roots))
+        for ref, made_here, array in recorder.readers.values():
+            if made_here or id(array._handle) in sources:
+                continue  # made inside the call: a constant (or an input, a draw)
+            anchor, hops = ref(), 0
+            while anchor is not None and id(anchor) in replaced and hops < 64:
+                anchor, hops = replaced[id(anchor)], hops + 1
+            if anchor is None:
+                raise JitError("needle.jit: the function replaced a tensor it reads as state in a place "
+                               "needle cannot follow (keep state in module attributes, optimizer state or "
+                               "containers the function can reach); pass it as an argument instead")
+            where = (_SLOT,) + slot_of[id(anchor)] if id(anchor) in slot_of else (_STATE, anchor)
+            sources[id(array._handle)] = (where, array)
 
-    def _template(self, value, input_ids, out_ids, returned):
+    @staticmethod
+    def _bind(leaf, outputs, sources):
+        """(where, view, layout to check): how a replay finds this leaf buffer."""
+        found = outputs.get(id(leaf._handle)) or sources.get(id(leaf._handle))
+        if found is None:
+            return ((_CONST, leaf), None, None)  # made inside the call: a constant
+        where, base = found
+        view = None if _layout(leaf) == _layout(base) else (leaf.shape, leaf.strides, leaf.offset)
+        return (where, view, _layout(base) if where[0] in (_STATE, _SLOT) else None)
+
+    def _template(self, value, outputs, returned):
+        """The return value with each Tensor computed by the call replaced by where a
+        replay finds it (a new Tensor each replay, so earlier results stay valid)."""
         if isinstance(value, Tensor):
             returned.add(id(value))
-            array = value._cached_data
-            array = array.arg if getattr(array, "is_lazy", False) and array.op == "buffer" else array
-            if id(array) in out_ids:
-                return (_OUTPUT,) + out_ids[id(array)] + (value.requires_grad,)
+            found = _locate(value._cached_data, outputs)
+            if found is not None:
+                return ("tensor", found, value.requires_grad)
             return (_CONST, value)  # an input or a state tensor handed back as it is
         if isinstance(value, (list, tuple)) and not isinstance(value, TensorTuple):
-            items = [self._template(v, input_ids, out_ids, returned) for v in value]
-            return ("seq", type(value), items)
+            return ("seq", type(value), [self._template(v, outputs, returned) for v in value])
         if isinstance(value, dict):
-            return ("dict", [(k, self._template(v, input_ids, out_ids, returned)) for k, v in value.items()])
+            return ("dict", [(k, self._template(v, outputs, returned)) for k, v in value.items()])
         return (_CONST, value)
 
-    @staticmethod
-    def _holders(recorder, out_ids, returned, slots_before, replaced) -> list:
-        """(weakref to Tensor, position in a tuple or None, schedule, output) for every
-        live Tensor, other than the returned ones, that holds a result of the call."""
-        import weakref
-        candidates = [r() for r in recorder.created]
-        candidates += [ref() for ref, _, _ in recorder.readers.values()]
-        candidates += list(replaced.values())
+    def _holders(self, recorder, outputs, returned) -> list:
+        """(how to find the Tensor, position in its tuple data or None, where its new
+        value is) for every live Tensor, other than the returned ones, that holds a
+        result of the call; one found in a container is looked up there at each replay."""
+        candidates = [r() for r in recorder.created] + [ref() for ref, _, _ in recorder.readers.values()]
         holders, seen = [], set()
         for t in candidates:
             if t is None or id(t) in seen or id(t) in returned:
@@ -241,9 +267,10 @@ class CapturedStep:
             seen.add(id(t))
             data = t._cached_data
             for pos, x in enumerate(data if isinstance(data, tuple) else (data,)):
-                array = x.arg if getattr(x, "is_lazy", False) and x.op == "buffer" else x
-                if id(array) in out_ids:
-                    holders.append((weakref.ref(t), pos if isinstance(data, tuple) else None) + out_ids[id(array)])
+                found = _locate(x, outputs)
+                if found is not None:
+                    find = self.slot_of[id(t)] if id(t) in self.slot_of else weakref.ref(t)
+                    holders.append((find, pos if isinstance(data, tuple) else None, found))
         return holders
 
     # ---- replay ----------------------------------------------------------------------------
@@ -262,54 +289,46 @@ class CapturedStep:
         outs = []
         for run in self.runs:
             leaves = []
-            for b in run.leaves:
-                kind = b[0]
-                if kind == _STATE:
-                    leaves.append(_array(b[1]))
-                elif kind == _INPUT:
-                    leaves.append(arrays[b[1]])
-                elif kind == _OUTPUT:
-                    leaves.append(outs[b[1]][b[2]])
-                elif kind == _CONST:
-                    leaves.append(b[1])
-                else:
-                    leaves.append(draws[b[1]])
-            for i, shape, strides, offset, dtype in run.checks:
-                a = leaves[i]
-                if a.shape != shape or a.strides != strides or a.offset != offset or a.dtype != dtype:
-                    return _STALE
+            for where, view, layout in run.leaves:
+                base = _find(where, arrays, outs, draws)
+                if layout is not None and _layout(base) != layout:
+                    return _STALE  # state changed layout since the capture: capture again
+                leaves.append(base if view is None else base._view(*view))
             scalars = [_Value(s()) if callable(s) else s for s in run.scalars]
             outs.append(run.entry.run(leaves, scalars, run.device))
-        for ref, pos, s, j in self.holders:
-            t = ref()
+        for find, pos, (where, view, _) in self.holders:
+            t = find() if callable(find) else _in_slot(*find)
             if t is not None:
+                new = _find(where, arrays, outs, draws)
+                new = new if view is None else new._view(*view)
                 if pos is None:
-                    t._cached_data = outs[s][j]
+                    t._cached_data = new
                 else:
-                    data = list(t._cached_data)
-                    data[pos] = outs[s][j]
-                    t._cached_data = tuple(data)
-        return self._rebuild(self.result, outs)
+                    t._cached_data = t._cached_data[:pos] + (new,) + t._cached_data[pos + 1:]
+        return self._rebuild(self.result, arrays, outs, draws)
 
-    def _rebuild(self, template, outs):
+    def _rebuild(self, template, arrays, outs, draws):
         kind = template[0]
-        if kind == _OUTPUT:
-            return Tensor.make_const(outs[template[1]][template[2]], requires_grad=template[3])
+        if kind == "tensor":
+            where, view, _ = template[1]
+            new = _find(where, arrays, outs, draws)
+            return Tensor.make_const(new if view is None else new._view(*view), requires_grad=template[2])
         if kind == "seq":
-            return template[1](self._rebuild(t, outs) for t in template[2])
+            return template[1](self._rebuild(t, arrays, outs, draws) for t in template[2])
         if kind == "dict":
-            return {k: self._rebuild(t, outs) for k, t in template[1]}
+            return {k: self._rebuild(t, arrays, outs, draws) for k, t in template[1]}
         return template[1]
 
     def explain(self) -> str:
-        kinds = {_INPUT: "input", _OUTPUT: "earlier output", _DRAW: "random draw", _STATE: "state", _CONST: "constant"}
+        kinds = {_INPUT: "input", _OUTPUT: "earlier output", _DRAW: "random draw", _STATE: "state",
+                 _SLOT: "state", _CONST: "constant"}
         lines = [f"  {len(self.runs)} schedule(s), {sum(len(r.entry.schedule.calls) for r in self.runs)} kernel(s), "
                  f"{len(self.holders)} state tensor(s) updated in place, {len(self.draws)} random draw(s), "
                  f"{sum(1 for k, _ in self.actions if k == 'call')} replay callback(s)"]
         for s, run in enumerate(self.runs):
             counts = {}
-            for b in run.leaves:
-                counts[kinds[b[0]]] = counts.get(kinds[b[0]], 0) + 1
+            for (where, _, _) in run.leaves:
+                counts[kinds[where[0]]] = counts.get(kinds[where[0]], 0) + 1
             live = sum(1 for x in run.scalars if callable(x))
             lines.append(f"  schedule {s} on {run.device}: leaves " +
                          ", ".join(f"{n} {k}" for k, n in counts.items()) +
@@ -317,6 +336,37 @@ class CapturedStep:
             for c in run.entry.schedule.calls:
                 lines.append(f"    {c.kernel.name}")
         return "\n".join(lines)
+
+
+def _layout(array) -> tuple:
+    return (array.shape, array.strides, array.offset, array.dtype)
+
+
+def _locate(data, outputs):
+    """(where, view, None) when `data` (an NDArray or a realized lazy node) is an output
+    of the capture or a view of one, else None."""
+    array = data.arg if getattr(data, "is_lazy", False) and data.op == "buffer" else data
+    found = outputs.get(id(getattr(array, "_handle", None)))
+    if found is None:
+        return None
+    where, base = found
+    return (where, None if _layout(array) == _layout(base) else (array.shape, array.strides, array.offset), None)
+
+
+def _find(where, arrays, outs, draws):
+    """The array a binding names, in this replay."""
+    kind = where[0]
+    if kind == _SLOT:
+        return _array(_in_slot(where[1], where[2], where[3]))
+    if kind == _STATE:
+        return _array(where[1])
+    if kind == _INPUT:
+        return arrays[where[1]]
+    if kind == _OUTPUT:
+        return outs[where[1]][where[2]]
+    if kind == _DRAW:
+        return draws[where[1]]
+    return where[1]
 
 
 class _Value:
@@ -359,19 +409,24 @@ class JitFunction:
         return bound[id(obj)]
 
     def __call__(self, *args, **kwargs):
-        if not config.JIT or not autograd.LAZY_MODE and autograd.BACKEND != "nd":
+        if not config.JIT or not autograd.LAZY_MODE:
+            # eager ops compute some results (copies, reshapes) outside kernels, where a
+            # capture cannot see them: eager mode and the numpy backend run plainly
             return self.fn(*args, **kwargs)
         if capture.CURRENT is not None:  # a jitted function called inside a capture: inline it
             return self.fn(*args, **kwargs)
         self.calls += 1
         inputs = []
-        key = (_flatten(args, inputs), _flatten(kwargs, inputs), autograd.LAZY_MODE)
+        key = (_flatten(args, inputs), _flatten(kwargs, inputs))
         if self.calls == 1:
             return self.fn(*args, **kwargs)  # warm-up: optimizers create their state
         if inputs:
             from ..realize import realize
             realize(*[t for t in inputs if autograd.is_pending(t._cached_data)])
-        key = key + (tuple((t.shape, t.dtype, str(t.device), _array(t).strides) for t in inputs),)
+        if any(t.device.name != "cpu" and t.device.name != "cuda" for t in inputs):
+            return self.fn(*args, **kwargs)  # cpu_numpy runs op by op in numpy: nothing to capture
+        key = key + (tuple((t.shape, t.dtype, str(t.device), _array(t).strides, _array(t).offset)
+                           for t in inputs),)
         for step in self.captures.get(key, ()):
             if step.matches():
                 self.captures.move_to_end(key)
@@ -384,17 +439,18 @@ class JitFunction:
         return self._capture(key, inputs, args, kwargs)
 
     def _capture(self, key, inputs, args, kwargs):
+        from ..runtime import realize_nodes
+        realize_nodes([])  # state still pending from earlier calls becomes buffers the capture can read
         roots = _roots(self.fn, args, kwargs)
         slots_before = _slots(roots)
         recorder = capture.Recorder()
-        capture.CURRENT, schedules.RECORDER = recorder, recorder.schedule
+        capture.CURRENT, schedules.RECORDER, lazy_ir.HOST_READ = recorder, recorder.schedule, capture.host_read
         try:
             result = self.fn(*args, **kwargs)
             pending = [x for t in _tensors_in(result) for x in _pending(t)]
-            from ..runtime import realize_nodes
             realize_nodes(pending)  # close the step: nothing it made stays pending
         finally:
-            capture.CURRENT, schedules.RECORDER = None, None
+            capture.CURRENT, schedules.RECORDER, lazy_ir.HOST_READ = None, None, None
         gc.collect()
         step = CapturedStep(recorder, inputs, result, slots_before, roots, _modules_in(roots))
         self.captures.setdefault(key, []).append(step)
@@ -411,7 +467,7 @@ class JitFunction:
         lines = [f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): {self.calls} call(s), "
                  f"{self.replays} replay(s), {sum(len(v) for v in self.captures.values())} capture(s)"]
         for key, steps in self.captures.items():
-            shapes = ", ".join(f"{tuple(s)} {d}" for s, d, _, _ in key[-1]) or "no tensor inputs"
+            shapes = ", ".join(f"{tuple(s)} {d}" for s, d, *_ in key[-1]) or "no tensor inputs"
             for step in steps:
                 lines.append(f"capture for inputs [{shapes}]:")
                 lines.append(step.explain())

@@ -33,6 +33,11 @@ def as_lazy(x) -> "LazyArray":
 _BAKED = (0, 1, -1, 2, 0.5)
 
 
+#: `HOST_READ(what)` before a lazy array is read back to the host, or None; set by
+#: needle.jit while it captures a step (a replay cannot repeat a read)
+HOST_READ = None
+
+
 def _baked(x) -> bool:
     """Whether scalar `x` becomes a constant in the kernel (else a run-time param)."""
     return x in _BAKED and not isinstance(x, RuntimeScalar)
@@ -228,6 +233,8 @@ class LazyArray(Node, ArrayOperators):
 
     # ---- data -------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
+        if HOST_READ is not None:
+            HOST_READ("LazyArray.numpy()")
         from ..runtime import realize_nodes
         realize_nodes([self])
         return self.arg.numpy()

@@ -1,0 +1,233 @@
+"""needle.jit against un-jitted runs of the same code (SPEC "Captured steps").
+
+Each test trains the same model twice from the same seeds, once plainly and once
+through needle.jit, and asserts bitwise equality of losses, parameters and state:
+a replay runs the very kernels the plain step runs, with the same inputs, state,
+random draws and run-time scalars.  The JitError cases check that a capture that
+could not be faithful is refused, naming the user's line."""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import config, nn, optim
+from needle.errors import JitError
+from needle.optim.lr_scheduler import StepLR
+
+
+@pytest.fixture(params=["lazy", "eager"])
+def mode(request):
+    """Lazy mode captures; eager mode runs the function plainly (and must agree)."""
+    with ndl.lazy(request.param == "lazy"):
+        yield request.param
+
+
+def make_mlp(seed=0):
+    np.random.seed(seed)
+    model = nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 4))
+    opt = optim.Adam(model.parameters(), lr=0.01, weight_decay=1e-3)
+    return model, opt
+
+
+def batches(steps, sizes=(8,)):
+    rng = np.random.default_rng(7)
+    for i in range(steps):
+        n = sizes[(i // 10) % len(sizes)]
+        yield (rng.standard_normal((n, 12)).astype("float32"), rng.integers(0, 4, n).astype("float32"))
+
+
+def train(use_jit, steps=20, sizes=(8, 6), eval_every=7, max_captures=8):
+    """20 steps: Adam + weight decay, StepLR, Dropout, BatchNorm (train, and eval
+    every `eval_every` steps), a batch-size change at step 10."""
+    model, opt = make_mlp()
+    sched = StepLR(opt, step_size=4, gamma=0.5)
+    runs = {"python": 0}
+
+    def step(x, y):
+        runs["python"] += 1
+        opt.reset_grad()
+        loss = nn.SoftmaxLoss()(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    fn = ndl.jit(step, max_captures=max_captures) if use_jit else step
+    losses = []
+    np.random.seed(123)  # Dropout's draws
+    for i, (xb, yb) in enumerate(batches(steps, sizes)):
+        model.eval() if i % eval_every == eval_every - 1 else model.train()
+        loss = fn(ndl.Tensor(xb, requires_grad=False), ndl.Tensor(yb, requires_grad=False))
+        losses.append(loss.numpy().copy())
+        sched.step()
+    state = [p.numpy().copy() for p in model.parameters()] + [t.numpy().copy() for _, t in model.named_buffers()]
+    return losses, state, runs["python"], fn
+
+
+def assert_bitwise(a, b):
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x.shape == y.shape and np.array_equal(x, y), f"item {i} differs: max |d| = {np.abs(x - y).max()}"
+
+
+def test_a_jitted_training_run_equals_the_plain_run_bit_for_bit(mode):
+    plain_losses, plain_state, _, _ = train(use_jit=False)
+    jit_losses, jit_state, python_runs, fn = train(use_jit=True)
+    assert_bitwise(plain_losses, jit_losses)
+    assert_bitwise(plain_state, jit_state)
+    # 20 calls; Python ran on the warm-up and once per capture (train/eval x 2 shapes)
+    if mode == "lazy":
+        assert fn.calls == 20 and fn.replays == 20 - python_runs and python_runs <= 6, (python_runs, fn.replays)
+    else:
+        assert python_runs == 20
+
+
+def test_fewer_captures_than_keys_stay_correct():
+    plain_losses, plain_state, _, _ = train(use_jit=False, sizes=(8, 6, 5), steps=30)
+    jit_losses, jit_state, _, fn = train(use_jit=True, sizes=(8, 6, 5), steps=30, max_captures=2)
+    assert_bitwise(plain_losses, jit_losses)
+    assert_bitwise(plain_state, jit_state)
+    assert sum(len(v) for v in fn.captures.values()) <= 2
+
+
+def lstm_run(use_jit, segments=8):
+    np.random.seed(1)
+    lstm, head = nn.LSTM(5, 6, num_layers=2), nn.Linear(6, 3)
+    opt = optim.SGD(lstm.parameters() + head.parameters(), lr=0.1, momentum=0.9)
+
+    def segment(x, y, h):
+        opt.reset_grad()
+        out, h = lstm(x, h)
+        loss = nn.SoftmaxLoss()(head(out.reshape((12, 6))), y)
+        loss.backward()
+        opt.step()
+        return loss, tuple(t.detach() for t in h)
+
+    fn = ndl.jit(segment) if use_jit else segment
+    rng = np.random.default_rng(2)
+    h, losses = None, []
+    for _ in range(segments):
+        x = ndl.Tensor(rng.standard_normal((4, 3, 5)).astype("float32"), requires_grad=False)
+        y = ndl.Tensor(rng.integers(0, 3, 12).astype("float32"), requires_grad=False)
+        loss, h = fn(x, y, h)
+        losses.append(loss.numpy().copy())
+    return losses + [t.numpy() for t in h] + [p.numpy() for p in lstm.parameters()], fn
+
+
+def test_a_truncated_bptt_loop_carrying_its_hidden_state(mode):
+    plain, _ = lstm_run(False)
+    jitted, fn = lstm_run(True)
+    assert_bitwise(plain, jitted)
+    assert fn.replays >= 5 or mode == "eager"
+
+
+def test_returned_values_stay_valid_after_later_calls():
+    model, opt = make_mlp()
+    model.eval()
+
+    @ndl.jit
+    def predict(x):
+        return model(x) * 2.0
+
+    xs = [np.random.default_rng(i).standard_normal((4, 12)).astype("float32") for i in range(5)]
+    outs = [predict(ndl.Tensor(x, requires_grad=False)) for x in xs]
+    with ndl.lazy(False):
+        expected = [(model(ndl.Tensor(x, requires_grad=False)) * 2.0).numpy() for x in xs]
+    for out, exp in zip(outs, expected):
+        np.testing.assert_allclose(out.numpy(), exp, rtol=1e-5, atol=1e-6)
+    assert predict.replays == 3
+
+
+def test_non_tensor_arguments_select_their_own_capture():
+    calls = []
+
+    @ndl.jit
+    def scaled(x, factor):
+        calls.append(factor)
+        return x * factor + 1.0
+
+    x = ndl.Tensor(np.arange(6, dtype="float32"), requires_grad=False)
+    results = [scaled(x, f).numpy() for f in (2.0, 2.0, 3.0, 2.0, 3.0, 3.0)]
+    for r, f in zip(results, (2.0, 2.0, 3.0, 2.0, 3.0, 3.0)):
+        np.testing.assert_array_equal(r, np.arange(6, dtype="float32") * np.float32(f) + 1)
+    assert calls == [2.0, 2.0, 3.0]  # warm-up, capture (2.0), capture (3.0); the rest replay
+
+
+READS = {
+    ".numpy()": lambda loss: loss.numpy(),
+    ".item()": lambda loss: loss.item(),
+    "float()": lambda loss: float(loss),
+    "print": lambda loss: print(loss),
+    "if": lambda loss: 1 if loss else 0,
+}
+
+
+@pytest.mark.parametrize("read", list(READS))
+def test_reading_a_value_inside_the_step_is_a_jit_error_naming_the_line(read):
+    model, opt = make_mlp()
+
+    @ndl.jit
+    def step(x, y):
+        opt.reset_grad()
+        loss = nn.SoftmaxLoss()(model(x), y)
+        READS[read](loss)
+        loss.backward()
+        opt.step()
+        return loss
+
+    (xb, yb), = batches(1)
+    x, y = ndl.Tensor(xb, requires_grad=False), ndl.Tensor(yb, requires_grad=False)
+    step(x, y)  # the warm-up call runs plainly: reading is fine there
+    with pytest.raises(JitError, match=r"test_jit\.py:\d+"):
+        step(x, y)
+
+
+def test_state_replaced_where_the_capture_cannot_follow_is_a_jit_error():
+    hidden = {}
+
+    def remember(t):  # a container the jitted function cannot reach: a default argument
+        hidden["h"] = t
+
+    def step(x, store=remember, box=hidden):
+        h = box.get("h")
+        h = x * 1.0 if h is None else h * 0.5 + x
+        store(h.detach())
+        return h
+
+    jitted = ndl.jit(step)
+    x = ndl.Tensor(np.ones(3, "float32"), requires_grad=False)
+    jitted(x)
+    with pytest.raises(JitError, match="cannot follow"):
+        jitted(x)
+        jitted(x)
+
+
+def test_needle_jit_0_runs_the_function_every_time(monkeypatch):
+    monkeypatch.setattr(config, "JIT", False)
+    calls = []
+
+    @ndl.jit
+    def f(x):
+        calls.append(1)
+        return x + 1.0
+
+    x = ndl.Tensor(np.zeros(2, "float32"), requires_grad=False)
+    for _ in range(4):
+        np.testing.assert_array_equal(f(x).numpy(), [1, 1])
+    assert len(calls) == 4
+
+
+def test_reset_and_explain():
+    calls = []
+
+    @ndl.jit
+    def f(x):
+        calls.append(1)
+        return (x * 3.0).sum()
+
+    x = ndl.Tensor(np.ones(4, "float32"), requires_grad=False)
+    for _ in range(3):
+        f(x)
+    text = f.explain()
+    assert "1 capture(s)" in text and "schedule 0" in text and "input" in text
+    f.reset()
+    f(x)
+    assert len(calls) == 3 and f.calls == 1
