@@ -173,7 +173,7 @@ class SoftmaxLoss(Module):
         labels = _checked_labels(name, y, k)
         if isinstance(y, Tensor):  # index with the tensor itself, so a captured step (needle.jit)
             labels = y             # reads each call's labels; kernels clamp what was not checked
-        picked = ops.gather(logits, (np.arange(n), labels), 0)  # logits[i, y_i]; no dense one-hot
+        picked = ops.pick(logits, labels)  # logits[i, y_i]: a gather, no dense one-hot
         return (ops.logsumexp(logits, (1,)) - picked).sum() / n
 
 

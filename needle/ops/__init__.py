@@ -1,8 +1,8 @@
 """needle.ops: the differentiable operators, as module functions and Op classes."""
 from .ops_conv import Conv, conv  # noqa: F401
 from .ops_compare import Abs, ArgMax, Compare, absolute, amin, argmax, argmin, compare, var  # noqa: F401
-from .ops_indexing import (Gather, ScatterAdd, Select, gather, index, scatter_add, select,  # noqa: F401
-                           setitem)
+from .ops_indexing import (Gather, Pick, ScatterAdd, Select, gather, index, pick, scatter_add,  # noqa: F401
+                           select, setitem)
 from .ops_logarithmic import LogSoftmax, LogSumExp, logsoftmax, logsumexp  # noqa: F401
 from .ops_mathematic import *  # noqa: F401,F403
 from .ops_mathematic import max, mean, unbroadcast  # noqa: F401

@@ -119,6 +119,54 @@ def scatter_add(values: Tensor, indices, axis: int, sizes) -> Tensor:
     return ScatterAdd(axis, sizes)(values, *ix)
 
 
+class Pick(TensorOp):
+    """out[r] = a[r, idx[r]] for every row r of the leading axes: one entry of the last
+    axis per row (the label logits of a classification loss).  Forward, a gather;
+    backward, out_grad times (position == idx) — elementwise, so it fuses into the
+    kernel reading the gradient instead of a scatter kernel of its own."""
+
+    def compute(self, a, idx):
+        rows, k = a.shape[:-1], a.shape[-1]
+        n = int(np.prod(rows))
+        positions = _host_like(np.arange(n, dtype=np.int64), a)
+        flat = A.reshape(a, (n, k))
+        picked = _run(lambda x, ix: _build().gather(x, ix, 0), lambda x, ix: NK.gather(x, ix, 0),
+                      flat, (positions, A.reshape(idx, (n,))))
+        return A.reshape(picked, rows)
+
+    def gradient(self, out_grad, node):
+        from .ops_compare import compare
+        a, idx = node.inputs
+        rows, k = a.shape[:-1], a.shape[-1]
+        column = Tensor(np.arange(k), device=a.device, dtype=a.dtype, requires_grad=False)
+        hit = compare("eq", broadcast_to(reshape(column, (1,) * len(rows) + (k,)), a.shape),
+                      broadcast_to(reshape(idx, rows + (1,)), a.shape))
+        return broadcast_to(reshape(out_grad, rows + (1,)), a.shape) * hit, None
+
+
+def _host_like(array: np.ndarray, like):
+    """A host constant in `like`'s array type (numpy, NDArray, or a lazy buffer)."""
+    if A._np(like):
+        return array
+    from ..backend_ndarray.ndarray import NDArray
+    out = NDArray(array, device=like.device, dtype=str(array.dtype))
+    if getattr(like, "is_lazy", False):
+        from ..ir.lazy import as_lazy
+        return as_lazy(out)
+    return out
+
+
+def pick(a: Tensor, idx) -> Tensor:
+    """a[..., idx] row by row: for a of shape rows + (k,) and idx of shape rows,
+    out[r] = a[r, idx[r]] (like np.take_along_axis on the last axis, squeezed)."""
+    rows, k = tuple(a.shape[:-1]), a.shape[-1]
+    ix = _index_tensor(idx, a.device, "pick", k)
+    if tuple(ix.shape) != rows:
+        raise ShapeError(f"pick: indices of shape {fmt_shape(ix.shape)} do not match the rows {fmt_shape(rows)} "
+                         f"of {fmt_shape(a.shape)}")
+    return Pick()(a, ix)
+
+
 class Select(TensorOp):
     """`a` where the constant `mask` is nonzero, else `b` (setitem's functional form)."""
 

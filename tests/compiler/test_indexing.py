@@ -12,6 +12,8 @@ from needle.backend_ndarray.ndarray import NDArray
 from needle.compiler.schedule import plan
 from needle.errors import DTypeError, ShapeError
 from needle.ir import build, reference
+from needle.ir.nodes import toposort
+from needle.ir.printer import output_nodes
 from needle.runtime import realize_nodes
 
 CPU = ndl.cpu()
@@ -115,3 +117,17 @@ def test_gather_through_movement_and_into_matmul(bounds_checked):
     got, expected = run(out, direct)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_loss_needs_no_scatter_and_no_host_one_hot():
+    logits = ndl.Tensor(np.random.randn(64, 10).astype(np.float32))
+    labels = ndl.Tensor(np.random.randint(0, 10, 64), requires_grad=False)
+    loss = ndl.nn.SoftmaxLoss()(logits * 1.0, labels)
+    loss.backward()
+    _, forward = plan(output_nodes([loss]))
+    schedule, backward = plan(output_nodes([logits.grad]))
+    assert [g.kind for g in forward.groups] == ["reduce", "reduce"]  # the pick fuses into the sum
+    assert all(g.kind == "reduce" for g in backward.groups) and len(schedule.calls) <= 2
+    # the only (64, 10) input is the logits themselves: no one-hot matrix comes from the host
+    leaves = [x for x in toposort(output_nodes([loss, logits.grad])) if x.op == "buffer"]
+    assert [x.shape for x in leaves].count((64, 10)) == 1

@@ -207,3 +207,24 @@ def test_bad_write_is_a_clear_error(device):
         x[0] = randn((3,), device)
     with pytest.raises(ndl.errors.IndexingError, match="setitem"):
         x[[0, 5]] = 1.0
+
+
+# ---- pick: one entry of the last axis per row ----------------------------------------------
+def test_pick_takes_one_entry_per_row_with_gradient(device):
+    x = randn((2, 3, 4), device)
+    idx = np.array([[3, 0, 3], [1, 1, 2]])
+    out = ops.pick(x, idx)
+    np.testing.assert_array_equal(out.numpy(), np.take_along_axis(x.numpy(), idx[..., None], -1)[..., 0])
+    gradient_check(lambda t: ops.pick(t, idx), x)
+    labels = tensor(idx, device, dtype="int64", requires_grad=False)  # on the device, not read back
+    np.testing.assert_array_equal(ops.pick(x, labels).numpy(),
+                                  np.take_along_axis(x.numpy(), idx[..., None], -1)[..., 0])
+    gradient_check(lambda t: ops.pick(t * t, labels), x)
+
+
+def test_pick_bad_input(device):
+    x = randn((3, 4), device)
+    with pytest.raises(ndl.errors.ShapeError, match="pick"):
+        ops.pick(x, [0, 1])
+    with pytest.raises(ndl.errors.IndexingError, match="pick: index 4 is out of bounds"):
+        ops.pick(x, [0, 4, 1])
