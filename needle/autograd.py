@@ -463,6 +463,9 @@ def assign_functional(tensor: Tensor, update) -> None:
     if new.op is not None or tensor.op is not None:
         tensor.op, tensor.inputs, tensor.requires_grad = new.op, new.inputs, new.requires_grad
         tensor._saved_versions = new._saved_versions
+    elif LAZY_MODE:  # a written leaf (a parameter under no_grad) is state: computed with the next schedule
+        from .runtime import realize_later
+        realize_later(tensor)
     tensor._version += 1
 
 
