@@ -25,7 +25,7 @@ from ..backend_selection import cpu, cpu_numpy, cuda
 from ..realize import lazy, realize
 from .workloads import WORKLOADS, get
 
-MODES = ("eager numpy", "eager compiled", "lazy fused")
+MODES = ("eager numpy", "eager compiled", "lazy fused", "lazy jit")
 RTOL, ATOL = 2e-3, 2e-4
 
 
@@ -40,10 +40,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
 
 
+def modes_of(workload_cls) -> tuple:
+    """Training steps also run captured (`needle.jit`: replayed without Python)."""
+    return MODES if getattr(workload_cls, "captured", False) else MODES[:3]
+
+
 def measure(workload_cls, mode: str, device, quick: bool, repeats: int, budget_s: float) -> dict:
     """Time one workload in one mode; returns times (s), kernels, compile and outputs."""
-    with lazy(mode == "lazy fused"):
+    with lazy(mode.startswith("lazy")):
         w = workload_cls(cpu_numpy() if mode == "eager numpy" else device, quick=quick)
+        if mode == "lazy jit":
+            from ..engine.jit import jit
+            w.step = jit(w.step)
         before = runtime.stats()
         t0 = time.perf_counter()
         outs = w.step()
@@ -73,7 +81,7 @@ def agreement(results: dict) -> tuple:
     """(ok, worst relative error) of the compiled modes against eager numpy."""
     ref = results["eager numpy"]["outputs"]
     worst, ok = 0.0, True
-    for mode in MODES[1:]:
+    for mode in list(results)[1:]:
         for a, b in zip(results[mode]["outputs"], ref):
             scale = max(float(np.max(np.abs(b))) if b.size else 0.0, 1e-6)
             worst = max(worst, float(np.max(np.abs(a - b))) / scale if b.size else 0.0)
@@ -93,11 +101,11 @@ def run(args) -> dict:
     repeats = args.repeats or (5 if args.quick else 20)
     budget = 1.0 if args.quick else 4.0
     report = dict(device=str(device), quick=bool(args.quick), machine=machine(), workloads={})
-    total = len(classes) * len(MODES)
+    total = sum(len(modes_of(cls)) for cls in classes)
     done = 0
     for cls in classes:
         results = {}
-        for mode in MODES:
+        for mode in modes_of(cls):
             done += 1
             if not args.no_progress:
                 print(f"[{done}/{total}] {cls.name}: {mode} ...", file=sys.stderr, flush=True)
@@ -152,10 +160,10 @@ def plot(report: dict, path: str) -> None:
     import matplotlib.pyplot as plt
     names = list(report["workloads"])
     fig, ax = plt.subplots(figsize=(1.8 * len(names) + 2, 4.5))
-    width = 0.27
+    width = 0.2
     for k, mode in enumerate(MODES):
-        values = [report["workloads"][n]["modes"][mode]["median_s"] * 1e3 for n in names]
-        ax.bar(np.arange(len(names)) + (k - 1) * width, values, width, label=mode)
+        values = [report["workloads"][n]["modes"].get(mode, {}).get("median_s", 0.0) * 1e3 for n in names]
+        ax.bar(np.arange(len(names)) + (k - 1.5) * width, values, width, label=mode)
     ax.set_yscale("log")
     ax.set_ylabel("median time per iteration (ms, log scale)")
     ax.set_xticks(np.arange(len(names)))

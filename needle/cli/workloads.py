@@ -99,6 +99,8 @@ class MatmulBiasRelu(Workload):
 class _TrainStep(Workload):
     """One SGD step of a classifier: forward, softmax loss, backward, update."""
 
+    captured = True  # compare also runs it under needle.jit
+
     def build_model(self):
         raise NotImplementedError
 

@@ -207,7 +207,7 @@ class CapturedStep:
             for j, array in enumerate(run.outputs):
                 outputs.setdefault(id(array._handle), ((_OUTPUT, s, j), array))
         returned = set()
-        self.result = self._template(result, outputs, returned)
+        self.result = self._template(result, outputs, returned, recorder.created_ids)
         self.holders = self._holders(recorder, outputs, returned)
         self.n_inputs = len(inputs)
 
@@ -240,19 +240,20 @@ class CapturedStep:
         view = None if _layout(leaf) == _layout(base) else (leaf.shape, leaf.strides, leaf.offset)
         return (where, view, _layout(base) if where[0] in (_STATE, _SLOT) else None)
 
-    def _template(self, value, outputs, returned):
-        """The return value with each Tensor computed by the call replaced by where a
-        replay finds it (a new Tensor each replay, so earlier results stay valid)."""
+    def _template(self, value, outputs, returned, made_here):
+        """The return value with each Tensor the call made replaced by where a replay
+        finds its value (a new Tensor each replay, so earlier results stay valid);
+        Tensors that existed before (inputs, parameters) are handed back as they are."""
         if isinstance(value, Tensor):
-            returned.add(id(value))
             found = _locate(value._cached_data, outputs)
-            if found is not None:
+            if found is not None and id(value) in made_here:
+                returned.add(id(value))
                 return ("tensor", found, value.requires_grad)
-            return (_CONST, value)  # an input or a state tensor handed back as it is
+            return (_CONST, value)
         if isinstance(value, (list, tuple)) and not isinstance(value, TensorTuple):
-            return ("seq", type(value), [self._template(v, outputs, returned) for v in value])
+            return ("seq", type(value), [self._template(v, outputs, returned, made_here) for v in value])
         if isinstance(value, dict):
-            return ("dict", [(k, self._template(v, outputs, returned)) for k, v in value.items()])
+            return ("dict", [(k, self._template(v, outputs, returned, made_here)) for k, v in value.items()])
         return (_CONST, value)
 
     def _holders(self, recorder, outputs, returned) -> list:
