@@ -421,13 +421,10 @@ class JitFunction:
         key = (_flatten(args, inputs), _flatten(kwargs, inputs))
         if self.calls == 1:
             return self.fn(*args, **kwargs)  # warm-up: optimizers create their state
-        if inputs:
-            from ..realize import realize
-            realize(*[t for t in inputs if autograd.is_pending(t._cached_data)])
-        if any(t.device.name != "cpu" and t.device.name != "cuda" for t in inputs):
+        arrays = [_array(t) for t in inputs]
+        if any(a.device.name not in ("cpu", "cuda") for a in arrays):
             return self.fn(*args, **kwargs)  # cpu_numpy runs op by op in numpy: nothing to capture
-        key = key + (tuple((t.shape, t.dtype, str(t.device), _array(t).strides, _array(t).offset)
-                           for t in inputs),)
+        key = key + (tuple((a._shape, a._dtype, a._device, a._strides, a._offset) for a in arrays),)
         for step in self.captures.get(key, ()):
             if step.matches():
                 self.captures.move_to_end(key)
@@ -468,7 +465,7 @@ class JitFunction:
         lines = [f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): {self.calls} call(s), "
                  f"{self.replays} replay(s), {sum(len(v) for v in self.captures.values())} capture(s)"]
         for key, steps in self.captures.items():
-            shapes = ", ".join(f"{tuple(s)} {d}" for s, d, *_ in key[-1]) or "no tensor inputs"
+            shapes = ", ".join(f"{tuple(s)} {d} on {dev}" for s, d, dev, *_ in key[-1]) or "no tensor inputs"
             for step in steps:
                 lines.append(f"capture for inputs [{shapes}]:")
                 lines.append(step.explain())
