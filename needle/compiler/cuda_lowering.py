@@ -37,6 +37,7 @@ import math
 from ..codegen import kernel_ir as K
 from .lowering import identity, linear, nest_loops
 from .views import View
+from .matmul_tiling import epilogue_index
 
 BLOCK = 256             # threads per block for every kernel
 WARP = 32
@@ -318,9 +319,12 @@ def matmul(low) -> K.Kernel:
     out = low.buffer(low.slot_of(g.root), g.root.dtype, "out")
     low.matmul_value = K.Load("acc", acc_at, dtype)
     row, col = K.Var("row"), K.Var("col")
-    value = low.matmul_value if g.root is m else low.gen(g.root, bidx + (row, col))
+    # the root may be the matmul reshaped (conv's (N*Ho*Wo, O) read as (N, Ho, Wo, O)):
+    # index it as the CPU lowering does, never with the matmul's own (row, col)
+    at = epilogue_index(m, g.root, bt, row, col)
+    value = low.matmul_value if g.root is m else low.gen(g.root, at)
     store = K.If(K.land(lt(row, M), lt(col, N)), [
-        K.Store(out, linear(bidx + (row, col), View.contiguous(g.root.shape).strides, 0), value)])
+        K.Store(out, linear(at, View.contiguous(g.root.shape).strides, 0), value)])
     write = K.Loop("i", TM, [K.Loop("j", TN, [
         K.Let("row", K.affine([(m0, 1), (ty, 1), (i, TY)])),
         K.Let("col", K.affine([(n0, 1), (tx, 1), (j, TX)])), store], "unroll")], "unroll")

@@ -175,3 +175,21 @@ def test_unavailable_names_the_missing_piece(missing, monkeypatch):
         rt._state.clear()
         rt._state.update(old)
         fake_pycuda.uninstall(saved)
+
+
+def test_conv_with_a_fused_epilogue_stores_in_bounds(gpu, monkeypatch):
+    """Regression: the tiled matmul's epilogue indexed a reshaped root (conv's
+    (N*H*W, O) result read as (N, H, W, O)) with the matmul's (row, col) and stored
+    out of bounds; it now uses the same epilogue index as the CPU lowering."""
+    monkeypatch.setattr(config, "BOUNDS_CHECK", True)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 8, 8, 16)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 16, 32)).astype(np.float32) * 0.1
+
+    def program(device):
+        y = ndl.ops.relu(ndl.ops.conv(ndl.Tensor(x, device=device), ndl.Tensor(w, device=device), padding=1))
+        return y.numpy()
+
+    with ndl.lazy(True):
+        expected = program(ndl.cpu())
+        np.testing.assert_allclose(program(ndl.cuda()), expected, rtol=1e-4, atol=1e-4)
