@@ -1,10 +1,12 @@
 """Train the course's Transformer language model on a small corpus that every Debian
-system has (the GPL-3 text in /usr/share/common-licenses), and report perplexity.
+system has (the GPL and LGPL texts in /usr/share/common-licenses), and report perplexity.
 
 The text is first written as a Penn-Treebank-style corpus (lowercased words and
 punctuation separated by spaces, one line per text line, words seen once replaced by
 `<unk>`; train.txt / valid.txt / test.txt), so that the course's `Corpus`, `batchify`,
-`train_ptb` and `evaluate_ptb` read it exactly as they read PTB.
+`train_ptb` and `evaluate_ptb` read it exactly as they read PTB.  Every tenth line goes
+to the test part and the one before it to the validation part, so that all parts
+sample the same kinds of text.
 
     python examples/train_transformer_lm.py --epochs 10
 """
@@ -18,7 +20,7 @@ import re
 import sys
 import tempfile
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -28,7 +30,8 @@ import needle as ndl  # noqa: E402
 from models import LanguageModel  # noqa: E402
 from simple_ml import evaluate_ptb, train_ptb  # noqa: E402
 
-DEFAULT_SOURCE = "/usr/share/common-licenses/GPL-3"
+DEFAULT_SOURCES = ("/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/GPL-2",
+                   "/usr/share/common-licenses/LGPL-2.1")
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
 
 
@@ -37,16 +40,18 @@ def tokenize_line(line: str) -> List[str]:
     return _TOKEN.findall(line.lower())
 
 
-def make_ptb_corpus(source: str, out_dir: str, test_fraction: float = 0.1, min_count: int = 2) -> str:
-    """Write out_dir/{train,valid,test}.txt from the text file `source`: non-empty lines,
+def make_ptb_corpus(sources: Sequence[str], out_dir: str, every: int = 10, min_count: int = 2) -> str:
+    """Write out_dir/{train,valid,test}.txt from the text files `sources`: non-empty lines,
     tokens separated by single spaces, tokens rarer than `min_count` (counted on the
-    training part) as `<unk>`; the last `test_fraction` of the lines is the test part,
-    the same amount before it the validation part.  Returns out_dir."""
-    with open(source, encoding="utf-8") as f:
-        lines = [tokenize_line(line) for line in f]
-    lines = [t for t in lines if t]
-    n_test = max(1, int(len(lines) * test_fraction))
-    train, valid, test = lines[:-2 * n_test], lines[-2 * n_test:-n_test], lines[-n_test:]
+    training part) as `<unk>`; of every `every` lines the last is a test line, the one
+    before it a validation line.  Returns out_dir."""
+    lines: List[List[str]] = []
+    for source in sources:
+        with open(source, encoding="utf-8") as f:
+            lines.extend(t for t in (tokenize_line(line) for line in f) if t)
+    test = [t for i, t in enumerate(lines) if i % every == every - 1]
+    valid = [t for i, t in enumerate(lines) if i % every == every - 2]
+    train = [t for i, t in enumerate(lines) if i % every < every - 2]
     counts = collections.Counter(w for line in train for w in line)
     os.makedirs(out_dir, exist_ok=True)
     for name, part in (("train.txt", train), ("valid.txt", valid), ("test.txt", test)):
@@ -87,7 +92,8 @@ def run(args: argparse.Namespace) -> dict:
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--source", default=DEFAULT_SOURCE, help=f"text file to learn (default: {DEFAULT_SOURCE})")
+    p.add_argument("--source", nargs="+", default=list(DEFAULT_SOURCES),
+                   help=f"text files to learn (default: {' '.join(DEFAULT_SOURCES)})")
     p.add_argument("--corpus", default=None, help="an existing PTB-style folder instead of --source")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=16)

@@ -43,7 +43,8 @@ def test_models_shapes_and_parameter_counts():
     x = ndl.Tensor(np.random.rand(2, 784).astype(np.float32), requires_grad=False)
     counts = {"softmax": 784 * 10 + 10,
               "mlp": 784 * 32 + 32 + 32 * 10 + 10,
-              "cnn": (9 * 1 * 8 + 8) + (9 * 8 * 16 + 16) + (16 * 7 * 7 * 10 + 10)}
+              # conv weight + bias, batch-norm weight + bias, per stage; then the Linear
+              "cnn": (9 * 1 * 16 + 16 + 2 * 16) + (9 * 16 * 32 + 32 + 2 * 32) + (32 * 7 * 7 * 10 + 10)}
     for name, count in counts.items():
         model = train.build_model(name, hidden=32)
         assert sum(int(np.prod(p.shape)) for p in model.parameters()) == count, name

@@ -15,12 +15,15 @@ A lazy dog and a quick fox, again and again.
 def test_make_ptb_corpus_writes_the_ptb_layout(tmp_path):
     source = tmp_path / "text.txt"
     source.write_text(TEXT * 5)
-    out = lm.make_ptb_corpus(str(source), str(tmp_path / "corpus"), test_fraction=0.2)
+    out = lm.make_ptb_corpus([str(source)], str(tmp_path / "corpus"), every=5)
     files = {name: (tmp_path / "corpus" / name).read_text().splitlines() for name in ("train.txt", "valid.txt",
                                                                                      "test.txt")}
+    # 15 non-empty lines: of every 5, 3 train, 1 valid, 1 test
     assert len(files["train.txt"]) == 9 and len(files["valid.txt"]) == 3 and len(files["test.txt"]) == 3
     assert files["train.txt"][0] == " the quick brown fox jumps over the lazy dog . "
     assert files["train.txt"][1] == " the dog sleeps ; the fox runs away ! "
+    assert files["valid.txt"][0] == " the quick brown fox jumps over the lazy dog . "  # line 4 of 15
+    assert files["test.txt"][0] == " the dog sleeps ; the fox runs away ! "  # line 5
     corpus = ndl.data.Corpus(out)
     assert corpus.dictionary.idx2word[:3] == ["the", "quick", "brown"]
     assert "<unk>" not in corpus.dictionary.word2idx  # every word occurs at least twice
@@ -29,7 +32,7 @@ def test_make_ptb_corpus_writes_the_ptb_layout(tmp_path):
 def test_rare_words_become_unk(tmp_path):
     source = tmp_path / "text.txt"
     source.write_text("a b a\na c a\na b a\nz z\n")
-    lm.make_ptb_corpus(str(source), str(tmp_path / "c"), test_fraction=0.25)
+    lm.make_ptb_corpus([str(source)], str(tmp_path / "c"), every=4)
     assert (tmp_path / "c" / "train.txt").read_text().splitlines()[1] == " a <unk> a "
 
 
