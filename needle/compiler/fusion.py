@@ -99,7 +99,9 @@ def fuse(folded: FoldedGraph) -> FusedGraph:
         for s in n.srcs:
             consumers[id(s)].append(n)
     reasons = dict(folded.reasons)
-    stored = _initial_stored(order, outputs, consumers, reasons)
+    shared = set()
+    stored = _initial_stored(order, outputs, consumers, reasons, shared)
+    _compute_shared_once(order, stored, consumers, reasons, shared)
     groups = {}
     for n in order:
         if id(n) in stored and n.op not in LEAVES:
@@ -121,7 +123,8 @@ def fuse(folded: FoldedGraph) -> FusedGraph:
     return FusedGraph(folded, kernels, stored, reasons, order, outputs)
 
 
-def _initial_stored(order, outputs, consumers, reasons) -> set:
+def _initial_stored(order, outputs, consumers, reasons, shared: set) -> set:
+    """The stored nodes; `shared` gets those stored only because several readers share them."""
     stored = set()
     inlined = {}  # id -> ops its inlined expression has (approximately: shared nodes count twice)
     out_ids = {id(n) for n in outputs}
@@ -139,6 +142,7 @@ def _initial_stored(order, outputs, consumers, reasons) -> set:
             cost = subtree_cost(n)
             if cost > CHEAP_OPS:
                 why = f"read by {len(consumers[id(n)])} nodes and too costly to recompute (cost {cost})"
+                shared.add(id(n))
         if why is None and n.op in INLINE and id(n) not in stored:
             size = 1 + sum(inlined.get(id(s), 0) for s in n.srcs if id(s) not in stored)
             if size > MAX_KERNEL_OPS:
@@ -153,6 +157,53 @@ def _initial_stored(order, outputs, consumers, reasons) -> set:
             stored.add(id(n))
             reasons.setdefault(id(n), why)
     return stored
+
+
+def _compute_shared_once(order, stored, consumers, reasons, shared: set) -> None:
+    """A costly node read by several nodes need not be stored when every reader
+    is an elementwise node of one and the same kernel, at the same index (no view or
+    gather in between): that kernel computes it once per element anyway (sigmoid's
+    exp and 1 / (1 + exp) feed one `where`).  Readers first (reverse order), so a
+    reader's own kernel is known; the kernel's inlined expression must stay under
+    MAX_KERNEL_OPS counted as a tree, as the kernel text spells it."""
+    for n in reversed(order):
+        if id(n) not in shared or id(n) not in stored or n.op in LEAVES:
+            continue
+        root = _single_elementwise_reader(n, stored, consumers)
+        if root is None:
+            continue
+        stored.discard(id(n))
+        if _tree_size(root, stored, {}) > MAX_KERNEL_OPS:
+            stored.add(id(n))
+            continue
+        reasons[id(n)] = f"read by {len(consumers[id(n)])} nodes, all in one kernel at the same index: " \
+                         "computed once there"
+
+
+def _single_elementwise_reader(n, stored, consumers):
+    """The one stored node whose kernel reads `n`, when every path up to it is
+    elementwise; else None."""
+    roots, stack, seen = {}, [n], set()
+    while stack:
+        x = stack.pop()
+        for c in consumers[id(x)]:
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if c.op not in ELEMENTWISE and not (id(c) in stored and c.op in REDUCE):
+                return None  # a view, gather, matmul, assemble...: another index or a packed copy
+            if id(c) in stored:
+                roots[id(c)] = c
+            else:
+                stack.append(c)
+    return next(iter(roots.values())) if len(roots) == 1 else None
+
+
+def _tree_size(n, stored, memo) -> int:
+    if id(n) not in memo:
+        memo[id(n)] = 1 + sum(_tree_size(s, stored, memo) for s in n.srcs
+                              if s.op in INLINE and id(s) not in stored)
+    return memo[id(n)]
 
 
 def _split_nested_reductions(order, stored, groups, reasons) -> None:

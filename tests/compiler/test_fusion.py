@@ -112,7 +112,8 @@ def test_layernorm_last_axis_kernel_count():
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("m,k,n,calls", [(16, 20, 12, 1), (128, 256, 96, 3)], ids=["small", "tiled"])
+@pytest.mark.parametrize("m,k,n,calls", [(16, 20, 12, 1), (128, 256, 96, 1), (640, 512, 96, 2)],
+                         ids=["small", "tiled", "tiled-packed"])
 def test_matmul_bias_relu_is_one_group(m, k, n, calls):
     x, w, b = tensor(m, k), tensor(k, n), tensor(n)
     out = ops.relu(x @ w + ops.broadcast_to(ops.reshape(b, (1, n)), (m, n)))
@@ -120,7 +121,8 @@ def test_matmul_bias_relu_is_one_group(m, k, n, calls):
     assert len(fused.groups) == 1
     (group,) = fused.groups
     assert group.kind == "matmul" and group.root.op == "max"
-    assert len(schedule.calls) == calls  # tiled: pack A, pack B, macro-kernel with the epilogue
+    # tiled: the macro-kernel with the epilogue, after a pack of A when A is too large to read in place
+    assert len(schedule.calls) == calls
     check_reasons(fused)
     expected = np.maximum(x.numpy().astype(np.float64) @ w.numpy() + b.numpy(), 0)
     assert launched(out) == calls
@@ -181,20 +183,40 @@ def test_shared_cheap_node_is_recomputed():
 
 
 def test_shared_costly_node_is_stored_with_a_reason():
+    """Read by two kernels (two outputs): stored once, not computed twice."""
     x = tensor(16, 20, scale=0.3)
     y = ops.exp(ops.exp(ops.exp(x)))
-    out = (y + 1.0) * (y * 3.0)
-    schedule, fused = planned(out)
-    assert len(schedule.calls) == 2
+    out1, out2 = y + 1.0, y * 3.0
+    schedule, fused = planned(out1, out2)
+    assert len(schedule.calls) == 3
     check_reasons(fused)
     stored = [n for n in fused.order if id(n) in fused.stored and n.op == "exp"]
     assert len(stored) == 1
     why = fused.reasons[id(stored[0])]
     assert "read by 2" in why and "costly" in why
-    assert why in ndl.ir.dump(out, stage="fused")
+    assert why in ndl.ir.dump(out1, out2, stage="fused")
     ys = np.exp(np.exp(np.exp(x.numpy().astype(np.float64))))
-    assert launched(out) == 2
+    np.testing.assert_allclose(out1.numpy(), ys + 1, rtol=1e-5)
+    np.testing.assert_allclose(out2.numpy(), ys * 3, rtol=1e-5)
+
+
+def test_shared_costly_node_read_in_one_kernel_is_computed_there():
+    """Both readers in one kernel at the same index (sigmoid's shape): no store, the
+    kernel computes it once per element."""
+    x = tensor(16, 20, scale=0.3)
+    y = ops.exp(ops.exp(ops.exp(x)))
+    out = (y + 1.0) * (y * 3.0)
+    schedule, fused = planned(out)
+    assert len(schedule.calls) == 1
+    check_reasons(fused)
+    (shared,) = [n for n in fused.order if n.op == "exp" and "read by 2" in fused.reasons.get(id(n), "")]
+    assert id(shared) not in fused.stored and "computed once" in fused.reasons[id(shared)]
+    ys = np.exp(np.exp(np.exp(x.numpy().astype(np.float64))))
+    assert launched(out) == 1
     np.testing.assert_allclose(out.numpy(), (ys + 1) * (ys * 3), rtol=1e-5)
+    sig = ops.sigmoid(x)
+    assert len(planned(sig)[0].calls) == 1
+    np.testing.assert_allclose(sig.numpy(), 1 / (1 + np.exp(-x.numpy().astype(np.float64))), rtol=1e-6)
 
 
 def test_several_outputs_share_one_schedule():
