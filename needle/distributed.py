@@ -34,6 +34,7 @@ so raise instead, or wrap the code that may fail in `with dist.abort_on_error():
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import traceback
@@ -43,6 +44,7 @@ import numpy as np
 
 from .autograd import Tensor
 from .errors import ArgumentError, DTypeError, NeedleError, fmt_shape
+from .engine.jit import host_call
 from .realize import realize
 
 __all__ = ["DistributedError", "init", "is_initialized", "rank", "world_size", "barrier",
@@ -360,21 +362,31 @@ def average_gradients(params) -> None:
         return
     grads = [getattr(p, "grad", None) for p in params]
     realize(*[g for g in grads if g is not None])
-    mpi = world.mpi
     for dtype, group in _by_dtype(params).items():
-        sizes = [int(np.prod(p.shape)) for p in group]
-        total = sum(sizes)
-        buf = np.empty(total + len(group), dtype=dtype)  # gradients, then one has-gradient flag each
-        offset = 0
-        for i, (p, n) in enumerate(zip(group, sizes)):
-            g = getattr(p, "grad", None)
-            buf[offset:offset + n] = 0 if g is None else g.numpy().reshape(-1)
-            buf[total + i] = g is not None
-            offset += n
-        world.comm.Allreduce(mpi.IN_PLACE, buf, op=mpi.SUM)
-        flags = buf[total:]
-        grad_values = buf[:total]
-        grad_values /= world.size
-        for p, flag, part in zip(group, flags, _unpack(grad_values, group, sizes)):
+        have = [getattr(p, "grad", None) is not None for p in group]
+        flags = {}
+        reduce = functools.partial(_mean_over_ranks, world, dtype, [p.shape for p in group], have, flags)
+        # a host call: a step captured by needle.jit replays the all-reduce between its schedules
+        averaged = host_call(reduce, [p.grad for p, h in zip(group, have) if h], group[0].device)
+        for p, flag, grad in zip(group, flags["any"], averaged):
             if flag > 0:
-                p.grad = _like(p, part)
+                p.grad = grad
+
+
+def _mean_over_ranks(world, dtype, shapes, have, flags, *grads) -> List[np.ndarray]:
+    """The mean over ranks of each gradient (zeros where a rank has none), with ONE
+    in-place Allreduce of a flat buffer: the gradients, then a has-gradient flag each
+    (left in flags["any"]: a parameter no rank has a gradient for keeps none)."""
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    total = sum(sizes)
+    buf = np.empty(total + len(sizes), dtype=dtype)
+    given, offset = iter(grads), 0
+    for i, (n, h) in enumerate(zip(sizes, have)):
+        buf[offset:offset + n] = next(given).reshape(-1) if h else 0
+        buf[total + i] = h
+        offset += n
+    world.comm.Allreduce(world.mpi.IN_PLACE, buf, op=world.mpi.SUM)
+    flags["any"] = buf[total:].copy()
+    values = buf[:total]
+    values /= world.size
+    return [part.reshape(shape) for part, shape in zip(np.split(values, np.cumsum(sizes)[:-1]), shapes)]

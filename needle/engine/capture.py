@@ -9,6 +9,8 @@ layers below report to it, each through one cheap check on its own path:
   (runtime.schedules, through its RECORDER hook);
 - `draw(fn, args, kwargs, tensor)`: a random tensor was drawn (init);
 - `on_replay(callback)`: Python state a replay must advance (Adam's step count);
+- `host(fn, inputs, outputs, device)`: a host computation between schedules (the
+  all-reduce of data-parallel training), replayed on each replay's buffers;
 - `host_read(what)`: a value is about to be read back to Python, which a capture
   cannot replay faithfully, so it raises JitError naming the user's line.
 
@@ -52,6 +54,15 @@ class ScheduleRun:
         self.device, self.outputs = device, list(outputs)
 
 
+class HostRun:
+    """A host computation `fn(*numpy inputs) -> numpy outputs` run between schedules."""
+
+    __slots__ = ("fn", "leaves", "outputs", "device")
+
+    def __init__(self, fn, leaves, outputs, device):
+        self.fn, self.leaves, self.outputs, self.device = fn, list(leaves), list(outputs), device
+
+
 class Recorder:
     """What one call did: schedules run, state read, tensors made, random draws and
     replay callbacks, in order."""
@@ -81,6 +92,9 @@ class Recorder:
 
     def schedule(self, entry, leaves, scalars, device, outputs) -> None:
         self.runs.append(ScheduleRun(entry, leaves, scalars, device, outputs))
+
+    def host(self, fn, inputs, outputs, device) -> None:
+        self.runs.append(HostRun(fn, inputs, outputs, device))
 
     def draw(self, fn, args, kwargs, tensor) -> None:
         self.actions.append(("draw", len(self.draws)))

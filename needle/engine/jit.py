@@ -202,8 +202,11 @@ class CapturedStep:
         self.runs = []
         for s, run in enumerate(recorder.runs):
             leaves = [self._bind(leaf, outputs, sources) for leaf in run.leaves]
-            scalars = [sc.value.provider if isinstance(sc.value, RuntimeScalar) else sc for sc in run.scalars]
-            self.runs.append(_Run(run.entry, run.device, leaves, scalars))
+            if isinstance(run, capture.HostRun):
+                self.runs.append(_HostRun(run.fn, run.device, leaves))
+            else:
+                scalars = [sc.value.provider if isinstance(sc.value, RuntimeScalar) else sc for sc in run.scalars]
+                self.runs.append(_Run(run.entry, run.device, leaves, scalars))
             for j, array in enumerate(run.outputs):
                 outputs.setdefault(id(array._handle), ((_OUTPUT, s, j), array))
         returned = set()
@@ -295,6 +298,9 @@ class CapturedStep:
                 if layout is not None and _layout(base) != layout:
                     return _STALE  # state changed layout since the capture: capture again
                 leaves.append(base if view is None else base._view(*view))
+            if type(run) is _HostRun:
+                outs.append(run.call(leaves))
+                continue
             scalars = [_Value(s()) if callable(s) else s for s in run.scalars]
             outs.append(run.entry.run(leaves, scalars, run.device))
         for find, pos, (where, view, _) in self.holders:
@@ -323,13 +329,19 @@ class CapturedStep:
     def explain(self) -> str:
         kinds = {_INPUT: "input", _OUTPUT: "earlier output", _DRAW: "random draw", _STATE: "state",
                  _SLOT: "state", _CONST: "constant"}
-        lines = [f"  {len(self.runs)} schedule(s), {sum(len(r.entry.schedule.calls) for r in self.runs)} kernel(s), "
+        schedules = [r for r in self.runs if type(r) is _Run]
+        lines = [f"  {len(schedules)} schedule(s), {sum(len(r.entry.schedule.calls) for r in schedules)} kernel(s), "
+                 f"{len(self.runs) - len(schedules)} host call(s), "
                  f"{len(self.holders)} state tensor(s) updated in place, {len(self.draws)} random draw(s), "
                  f"{sum(1 for k, _ in self.actions if k == 'call')} replay callback(s)"]
         for s, run in enumerate(self.runs):
             counts = {}
             for (where, _, _) in run.leaves:
                 counts[kinds[where[0]]] = counts.get(kinds[where[0]], 0) + 1
+            if type(run) is _HostRun:
+                lines.append(f"  host call {s} ({getattr(run.fn, '__name__', run.fn)}): " +
+                             ", ".join(f"{n} {k}" for k, n in counts.items()))
+                continue
             live = sum(1 for x in run.scalars if callable(x))
             lines.append(f"  schedule {s} on {run.device}: leaves " +
                          ", ".join(f"{n} {k}" for k, n in counts.items()) +
@@ -368,6 +380,38 @@ def _find(where, arrays, outs, draws):
     if kind == _DRAW:
         return draws[where[1]]
     return where[1]
+
+
+class _HostRun:
+    """A host call of a CapturedStep: numpy in, numpy out, new buffers on `device`."""
+
+    __slots__ = ("fn", "device", "leaves")
+
+    def __init__(self, fn, device, leaves):
+        self.fn, self.device, self.leaves = fn, device, leaves
+
+    def call(self, arrays) -> list:
+        results = self.fn(*[_host(a) for a in arrays])
+        return [_array(Tensor(r, device=self.device, dtype=str(r.dtype), requires_grad=False)) for r in results]
+
+
+def _host(array):
+    """An array's values as numpy (NEEDLE_BACKEND=np holds numpy arrays already)."""
+    return array.numpy() if hasattr(array, "_handle") else array
+
+
+def host_call(fn, tensors, device) -> list:
+    """`fn(*numpy values of tensors)` -> list of numpy arrays, returned as new constant
+    Tensors on `device`.  For host work inside a training step (an MPI all-reduce):
+    a step captured by needle.jit replays it between its schedules with each replay's
+    buffers, where reading the tensors with `.numpy()` would refuse to be captured."""
+    arrays = [_array(t) for t in tensors]
+    results = fn(*[_host(a) for a in arrays])
+    outs = [Tensor(r, device=device, dtype=str(r.dtype), requires_grad=False) for r in results]
+    recorder = capture.CURRENT
+    if recorder is not None and recorder.mine():
+        recorder.host(fn, arrays, [o._cached_data for o in outs], device)
+    return outs
 
 
 class _Value:

@@ -91,6 +91,18 @@ def test_mlp_steps_match_one_process_on_the_whole_batch(tmp_path, tmp_path_facto
     assert single["losses"][-1] < single["losses"][0]  # the steps did train
 
 
+def test_a_jitted_step_replays_the_all_reduce(tmp_path):
+    """needle.jit captures backward, average_gradients and the update; a replay runs the
+    all-reduce between the captured schedules and equals the plain step bit for bit."""
+    proc = run_worker("mlp_jit", tmp_path, 2)
+    assert proc.returncode == 0, proc.stderr
+    for out in results(tmp_path, 2):
+        assert int(out["replays"]) == 6
+        np.testing.assert_array_equal(out["losses_jit"], out["losses_plain"])
+        for key in [k for k in out if k.startswith("plain_")]:
+            np.testing.assert_array_equal(out[key.replace("plain_", "jit_", 1)], out[key], err_msg=key)
+
+
 def test_batchnorm_running_statistics_are_per_rank(tmp_path):
     """Gradients are averaged, BatchNorm's running statistics are not: after one step each
     rank's running mean/var follow from its own shard (as in PyTorch DDP without

@@ -81,6 +81,36 @@ def scenario_mlp(dtype):
     return dict(losses=np.array(losses), collectives=np.array(collectives), **params_of(model))
 
 
+def scenario_mlp_jit(dtype, steps=8):
+    """The step (backward, all-reduce, update) captured by needle.jit, against the same
+    steps run plainly on a copy: equal bit for bit, the all-reduce replayed as a host call."""
+    np.random.seed(0)
+    models = [nn.Sequential(nn.Linear(FEATURES, HIDDEN, dtype=dtype), nn.ReLU(),
+                            nn.Linear(HIDDEN, CLASSES, dtype=dtype)) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    X, y = global_batch(dtype)
+    share = GLOBAL_BATCH // dist.world_size()
+    xb = ndl.Tensor(X[dist.rank() * share:(dist.rank() + 1) * share], dtype=dtype, requires_grad=False)
+    yb = ndl.Tensor(y[dist.rank() * share:(dist.rank() + 1) * share], dtype=dtype, requires_grad=False)
+    out = {}
+    for name, model in zip(("plain", "jit"), models):
+        opt = ndl.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+
+        def step(x, t):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x), t)
+            loss.backward()
+            dist.average_gradients(model.parameters())
+            opt.step()
+            return loss
+        fn = ndl.jit(step) if name == "jit" else step
+        out[f"losses_{name}"] = np.array([fn(xb, yb).numpy() for _ in range(steps)])
+        out.update({f"{name}_{k}": v for k, v in params_of(model).items()})
+        if name == "jit":
+            out["replays"] = np.array(fn.replays)
+    return out
+
+
 def scenario_batchnorm(dtype):
     np.random.seed(0)
     model = nn.Sequential(nn.Linear(FEATURES, HIDDEN, dtype=dtype), nn.BatchNorm1d(HIDDEN, dtype=dtype),
