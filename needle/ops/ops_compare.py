@@ -16,6 +16,7 @@ from ..autograd import Tensor, TensorOp
 from ..dtypes import FLOATS
 from ..errors import ShapeError, fmt_shape, normalize_axes
 from .ops_elementwise import astype
+from .ops_indexing import host_array
 from .ops_reduce import max as reduce_max
 from .ops_reduce import summation
 from .ops_shape import reshape
@@ -93,24 +94,12 @@ class ArgMax(TensorOp):
         shape = [1] * a.ndim
         shape[axis] = n
         rank = np.arange(n, 0, -1, dtype=np.dtype(str(a.dtype))).reshape(shape)
-        rank = A.broadcast_to(_like(a, rank), a.shape)  # n, n-1, ..., 1 along the axis
+        rank = A.broadcast_to(host_array(rank, a), a.shape)  # n, n-1, ..., 1 along the axis
         best = A.amax(hit * rank, axis=axis, keepdims=self.keepdims and self.axis is not None)
         return A.astype(n - best, "int64")
 
     def gradient(self, out_grad, node):
         return (None,)
-
-
-def _like(a, array: np.ndarray):
-    """A host constant in `a`'s array type (numpy, NDArray, or a lazy buffer)."""
-    if A._np(a):
-        return array
-    from ..backend_ndarray.ndarray import NDArray
-    out = NDArray(array, device=a.device, dtype=a.dtype)
-    if getattr(a, "is_lazy", False):
-        from ..ir.lazy import as_lazy
-        return as_lazy(out)
-    return out
 
 
 def argmax(a: Tensor, axis=None, keepdims: bool = False) -> Tensor:

@@ -128,7 +128,7 @@ class Pick(TensorOp):
     def compute(self, a, idx):
         rows, k = a.shape[:-1], a.shape[-1]
         n = int(np.prod(rows))
-        positions = _host_like(np.arange(n, dtype=np.int64), a)
+        positions = host_array(np.arange(n, dtype=np.int64), a)
         flat = A.reshape(a, (n, k))
         picked = _run(lambda x, ix: _build().gather(x, ix, 0), lambda x, ix: NK.gather(x, ix, 0),
                       flat, (positions, A.reshape(idx, (n,))))
@@ -144,7 +144,7 @@ class Pick(TensorOp):
         return broadcast_to(reshape(out_grad, rows + (1,)), a.shape) * hit, None
 
 
-def _host_like(array: np.ndarray, like):
+def host_array(array: np.ndarray, like):
     """A host constant in `like`'s array type (numpy, NDArray, or a lazy buffer)."""
     if A._np(like):
         return array

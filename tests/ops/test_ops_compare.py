@@ -96,3 +96,9 @@ def test_squeeze_unsqueeze_numel_item_int_float(device):
     assert one.item() == 2.75 and float(one) == 2.75 and int(one) == 2
     with pytest.raises(ndl.errors.ShapeError, match="item"):
         int(x)
+
+
+def test_a_scalar_comparison_is_a_python_condition(device):
+    loss = tensor([0.25, 0.5], device).sum()
+    assert bool(loss < 1.0) and not (loss > 1.0)
+    assert bool(tensor([[1.0]], device))  # a non-empty first axis, as before
