@@ -304,7 +304,7 @@ def run(args: argparse.Namespace) -> dict:
                                                 progress=not args.no_progress and main_rank,
                                                 before_step=parallel and parallel.sync_gradients,
                                                 desc=f"epoch {epoch}/{args.epochs}",
-                                                use_jit=not getattr(args, "no_jit", False) and parallel is None)
+                                                use_jit=not getattr(args, "no_jit", False))
             test_loss, test_acc = evaluate(model, test_loader)
             if parallel is not None:
                 train_loss, train_acc, test_loss, test_acc = parallel.combine(train_loss, train_acc,
