@@ -2,8 +2,8 @@
 
 Inside a kernel IR loop of kind `vector`, an expression that depends on the loop
 variable is one SIMD value holding all lanes (lane k = the variable's value + k).
-Loads whose index moves by 1 per lane are vector loads; other strides, lanes
-guarded by a mask and data-dependent indices are masked gathers; stores must be contiguous.  Operations
+Loads whose index moves by 1 per lane are vector loads; other strides, and lanes
+guarded by a mask, are masked gathers; stores must be contiguous.  Operations
 on vectors are the renderer's own (they broadcast scalars), so any expression
 the renderer supports works in a vector loop.
 """
@@ -68,19 +68,14 @@ class VectorLoops:
         guards: a masked gather (masked-off lanes are not read and give 0)."""
         base, dtype = self._array(e.buf)
         width = self.vector[1]
+        start, stride = self._lane_stride(e.index)
         mty = ir.VectorType(MEMORY_TYPES[dtype], width)
-        var = self.vector[0]
-        if _derivative(e.index, var, lambda x: not self._depends(x, var)) is None:
-            # a data-dependent index (a gather): every lane computes its own position
-            index = self._splat(self.expr(e.index), "int64")
-        else:
-            start, stride = self._lane_stride(e.index)
-            if stride == 1 and e.valid is None:
-                ptr = self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype])
-                # only element alignment is known (numpy buffers, offsets into locals)
-                return self._from_memory(self.b.load(ptr, typ=mty, align=_ALIGN[dtype]), dtype)
-            lanes = ir.Constant(ir.VectorType(I64, width), [k * stride for k in range(width)])
-            index = self.b.add(self._splat_value(start, width), lanes)
+        if stride == 1 and e.valid is None:
+            ptr = self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype])
+            # only element alignment is known (numpy buffers, offsets into locals)
+            return self._from_memory(self.b.load(ptr, typ=mty, align=_ALIGN[dtype]), dtype)
+        lanes = ir.Constant(ir.VectorType(I64, width), [k * stride for k in range(width)])
+        index = self.b.add(self._splat_value(start, width), lanes)
         mask = self.expr(e.valid) if e.valid is not None else ir.Constant(ir.VectorType(I1, width), [1] * width)
         if not isinstance(mask.type, ir.VectorType):
             mask = self._splat_value(mask, width)
