@@ -31,6 +31,12 @@ def bounds_checked():
     config.BOUNDS_CHECK = previous
 
 
+def check_reasons(fused) -> None:
+    """Every kernel boundary says why it is there."""
+    for node_id in fused.stored:
+        assert fused.reasons.get(node_id, "").strip(), f"stored node without a reason: {node_id}"
+
+
 def run(*nodes):
     expected = reference.evaluate(list(nodes))
     realize_nodes(list(nodes))
@@ -65,6 +71,7 @@ def test_scatter_add_fuses_its_producers_and_adds_repeats(bounds_checked):
     out = build.scatter_add(build.elementwise("exp", values), [ids], 1, (6,))
     schedule, fused = plan([out])
     assert [g.kind for g in fused.groups] == ["fill", "scatter"]  # a parallel zero fill, then the additions
+    check_reasons(fused)
     text = schedule.calls[1].kernel.text()
     assert "exp(" in text and "parallel for p0" in text and "    for j0" in text  # index loop serial in a task
     got, expected = run(out)
@@ -114,6 +121,9 @@ def test_gather_through_movement_and_into_matmul(bounds_checked):
     rows = build.reshape(build.gather(w, [ids], 0), (6, 8))     # read through a view: stored
     out = build.matmul(rows, leaf(np.random.randn(8, 5).astype(np.float32)))
     direct = build.matmul(build.gather(w, [build.reshape(ids, (6,))], 0), leaf(np.random.randn(8, 3).astype(np.float32)))
+    _, fused = plan([out, direct])
+    check_reasons(fused)
+    assert any("read through a view" in why for why in fused.reasons.values())  # the reshaped gather
     got, expected = run(out, direct)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
