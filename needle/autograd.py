@@ -215,12 +215,26 @@ def _realize(nodes) -> None:
 
 
 def _check_devices(op: Op, inputs) -> None:
-    if len(inputs) < 2:
+    if len(inputs) < 2 or BACKEND == "np":
+        return
+    first = _device_of(inputs[0])
+    for x in inputs[1:]:  # on every op's path: compare devices without building a set
+        d = _device_of(x)
+        if d is not first and d != first:
+            break
+    else:
         return
     tensors = [x for x in inputs if isinstance(x, Tensor)]
     if len({x.device for x in tensors}) > 1:
         where = ", ".join(f"{fmt_shape(x.shape)} on {x.device}" for x in tensors)
         raise DeviceError(f"{op.name}: inputs live on different devices ({where}); move them with .to(device)")
+
+
+def _device_of(value) -> Device:
+    data = value._cached_data
+    if data is None or isinstance(data, tuple):
+        return value.device
+    return data.device
 
 
 class TensorTuple(Value):

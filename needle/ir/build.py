@@ -106,6 +106,9 @@ def cast(src, dtype) -> "lazy.LazyArray":
 
 
 def _same_device(op, srcs) -> None:
+    first = srcs[0].device
+    if all(s.device is first for s in srcs):
+        return
     devices = {s.device for s in srcs}
     if len(devices) > 1:
         raise DeviceError(f"{op}: operands on different devices: {', '.join(map(str, devices))}")
