@@ -29,9 +29,11 @@ KC = 512        # K block: a B panel (KC x NR) is reused from L1/L2 by every A p
 MC_PANELS = 12  # A panels per row block (MC = 12 * MR rows, an A block of ~200 KB in L2)
 SMALL = 48 ** 3  # below this many multiply-adds the plain loop nest wins
 #: an operand read straight from its buffer (a parameter, an activation) of at most this many
-#: elements is not packed: it stays in L2 across panels, and packing it would cost a kernel
-#: launch and a copy on every call (most of the time of a layer-sized matmul)
-DIRECT_LIMIT = 1 << 18
+#: elements is not packed: it stays in cache across panels, and packing it would cost a kernel
+#: launch and a copy on every call.  A is read as MR row streams, B as rows of panels: past
+#: these sizes the packed layout's locality wins (measured: 512^3 and 784x128x256 with a
+#: transposed A ran 15-35% slower unpacked)
+DIRECT_LIMIT = {"a": 1 << 14, "b": 1 << 17}
 
 
 def tile_shape(dtype: str) -> tuple:
@@ -87,7 +89,7 @@ class Tiling:
         """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
         fused computation, which every panel would repeat), no mask, small enough
         to stay in cache, and (for B) contiguous along its columns."""
-        if math.prod(operand.shape) > DIRECT_LIMIT:
+        if math.prod(operand.shape) > DIRECT_LIMIT["a" if rows_first else "b"]:
             return False
         i, k = K.Var("probe_i"), K.Var("probe_k")
         value = self.make().gen(operand, self.batch_index(K.Const(0)) + ((i, k) if rows_first else (k, i)))
