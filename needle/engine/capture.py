@@ -91,7 +91,8 @@ class Recorder:
         self.created.append(weakref.ref(tensor))
 
     def schedule(self, entry, leaves, scalars, device, outputs) -> None:
-        self.runs.append(ScheduleRun(entry, leaves, scalars, device, outputs))
+        if self.mine():  # another thread's realize is not part of this call
+            self.runs.append(ScheduleRun(entry, leaves, scalars, device, outputs))
 
     def host(self, fn, inputs, outputs, device) -> None:
         self.runs.append(HostRun(fn, inputs, outputs, device))

@@ -73,6 +73,8 @@ def _roots(fn, args, kwargs) -> list:
     if isinstance(target, types.MethodType):
         roots.append(target.__self__)
         target = target.__func__
+    elif not isinstance(target, types.FunctionType):
+        roots.append(target)  # a callable object: its attributes hold the state
     code = getattr(target, "__code__", None)
     for cell in getattr(target, "__closure__", None) or ():
         try:
@@ -103,8 +105,8 @@ def _slots(roots, limit: int = 200_000) -> list:
         elif isinstance(obj, tuple):
             stack.extend((v, depth + 1) for v in obj)
             continue
-        elif hasattr(obj, "__dict__") and not callable(obj) or _is_module_like(obj):
-            stack.append((obj.__dict__, depth + 1))
+        elif hasattr(obj, "__dict__") and not isinstance(obj, JitFunction):
+            stack.append((obj.__dict__, depth + 1))  # modules, optimizers, a user's objects
             continue
         else:
             continue
@@ -135,13 +137,6 @@ def _slot_of(slots) -> dict:
 def _in_slot(container, key, pos):
     value = container[key]
     return value if pos is None else value[pos]
-
-
-def _is_module_like(obj) -> bool:
-    """Modules and optimizers are callable objects (or have step) whose attributes hold state."""
-    from ..nn import Module
-    from ..optim import Optimizer
-    return isinstance(obj, (Module, Optimizer))
 
 
 def _replacements(slots) -> dict:
@@ -445,13 +440,13 @@ class JitFunction:
         self.calls = 0
         self.replays = 0
 
-    def __get__(self, obj, objtype=None):  # @needle.jit on a method
+    def __get__(self, obj, objtype=None):  # @needle.jit on a method: captures per instance
         if obj is None:
             return self
-        bound = self.__dict__.setdefault("_bound", {})
-        if id(obj) not in bound:
-            bound[id(obj)] = JitFunction(types.MethodType(self.fn, obj), self.max_captures)
-        return bound[id(obj)]
+        bound = self.__dict__.setdefault("_bound", weakref.WeakKeyDictionary())
+        if obj not in bound:
+            bound[obj] = JitFunction(types.MethodType(self.fn, obj), self.max_captures)
+        return bound[obj]
 
     def __call__(self, *args, **kwargs):
         if not config.JIT or not autograd.LAZY_MODE:
