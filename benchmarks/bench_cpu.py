@@ -41,28 +41,34 @@ HEADINGS = {"numpy": "numpy", "needle-eager": "ndl eager", "needle": "ndl lazy",
             "torch.compile": "t.compile", "jax": "jax.jit"}
 
 
-def median_time(fn, repeats: int, budget: float = 2.0) -> float:
+#: the clock of each measurement: wall time, or the process's CPU time (with --threads 1, a
+#: figure a busy machine disturbs less: time other processes run is not counted)
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def median_time(fn, repeats: int, budget: float = 2.0, clock: str = "wall") -> float:
     fn()  # warm-up: compiles, allocates; torch.compile's next few calls are slow too
     start, calls = time.perf_counter(), 0
     while calls < 3 or (calls < 20 and time.perf_counter() - start < 0.5):
         fn()
         calls += 1
+    now = CLOCK[clock]
     times, start = [], time.perf_counter()
     while len(times) < repeats and (len(times) < 3 or time.perf_counter() - start < budget):
-        t = time.perf_counter()
+        t = now()
         fn()
-        times.append(time.perf_counter() - t)
+        times.append(now() - t)
     return statistics.median(times)
 
 
-def worker(impl: str, names, repeats: int, threads: int) -> None:
+def worker(impl: str, names, repeats: int, threads: int, clock: str = "wall") -> None:
     """Measure `names` with one implementation; one JSON line per workload on stdout."""
     if impl.startswith("torch"):
         import torch
         torch.set_num_threads(threads)
     for name in names:
         try:
-            seconds = median_time(W.build(impl, name, W.inputs(name)), repeats)
+            seconds = median_time(W.build(impl, name, W.inputs(name)), repeats, clock=clock)
             print(json.dumps({"name": name, "seconds": seconds}), flush=True)
         except Exception as e:  # a peer lacking an op must not sink the table
             print(json.dumps({"name": name, "error": f"{type(e).__name__}: {e}"[:200]}), flush=True)
@@ -82,9 +88,9 @@ def thread_env(threads: int) -> dict:
     return env
 
 
-def run_worker(impl: str, names, repeats: int, threads: int) -> dict:
+def run_worker(impl: str, names, repeats: int, threads: int, clock: str = "wall") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--threads", str(threads),
-           "--repeats", str(repeats), "--names", json.dumps(list(names))]
+           "--repeats", str(repeats), "--clock", clock, "--names", json.dumps(list(names))]
     out = subprocess.run(cmd, env=thread_env(threads), capture_output=True, text=True)
     results = {}
     for line in out.stdout.splitlines():
@@ -181,7 +187,8 @@ def table(names, medians: dict, impls, bw: float) -> dict:
         extra = ""
         if isinstance(ours, float) and W.WORKLOADS[name][0] in ("sum_rows", "sum_cols", "softmax", "logsoftmax",
                                                                  "layernorm", "cross-entropy", "chain"):
-            extra = f"  needle reads {W.bytes_touched(name) / ours / 1e9:.1f} GB/s ({W.bytes_touched(name) / ours / bw:.0%} of copy)"
+            rate = W.bytes_touched(name) / ours
+            extra = f"  needle reads {rate / 1e9:.1f} GB/s ({rate / bw:.0%} of copy)"
         print(f"{name:<27}" + "".join(f"{fmt(cells[i]):>11}" for i in impls)
               + f"{best or '—':>15}{(f'{ratio:.2f}x' if ratio else '—'):>8}{extra}")
         rows[name] = dict(cells, best_peer=best, ratio=ratio)
@@ -207,6 +214,8 @@ def main(argv=None):
     p.add_argument("--only", default="", help="workloads whose name contains one of these (comma-separated) texts")
     p.add_argument("--impls", default=",".join(COLUMNS))
     p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--clock", choices=sorted(CLOCK), default="wall",
+                   help="cpu: the process's CPU time (use with --threads 1 on a busy machine)")
     p.add_argument("--json")
     p.add_argument("--no-costs", action="store_true", help="skip launch/compile costs and the GEMM anchor")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -214,7 +223,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     repeats = args.repeats or (5 if args.quick else 15)
     if args.worker:
-        return worker(args.worker, json.loads(args.names), repeats, args.threads)
+        return worker(args.worker, json.loads(args.names), repeats, args.threads, args.clock)
     from needle import config
     threads = args.threads or config.THREADS
     names = [n for n in (W.QUICK if args.quick else W.WORKLOADS) if any(o in n for o in args.only.split(","))]
@@ -228,7 +237,7 @@ def main(argv=None):
     runs = {i: [] for i in impls}
     for _ in range(args.passes):
         for impl in impls:
-            runs[impl].append(run_worker(impl, names, repeats, threads))
+            runs[impl].append(run_worker(impl, names, repeats, threads, args.clock))
     medians = {i: {n: _median([r.get(n) for r in runs[i]]) for n in names} for i in impls}
     report = {"threads": threads, "openblas_env": blas, "versions": versions(impls), "copy_bandwidth_GBs": bw / 1e9,
               "rows": table(names, medians, impls, bw)}

@@ -15,6 +15,7 @@ import math
 from ..codegen import kernel_ir as K
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
+from .kernel_exprs import contains, costly, is_float, replace
 from .views import View
 
 
@@ -190,9 +191,11 @@ class Lowering:
                 # softmax's exp(x - max): store it while summing, read it back (from L1) in the last
                 # pass instead of computing it twice; the output holds each value until overwritten
                 stage = g.stages[-1]
-                body[last_pass:] = nest_loops(inner, [K.Store(out, at, value), K.Assign(
-                    self.accs[id(stage)].name, self.combine(stage, self.accs[id(stage)].name, K.Load(out, at, value.dtype)))])
-                result = replace(result, value, K.Load(out, at, value.dtype))
+                acc = self.accs[id(stage)].name
+                kept = K.Load(out, at, value.dtype)
+                body[last_pass:] = nest_loops(inner, [K.Store(out, at, value),
+                                                      K.Assign(acc, self.combine(stage, acc, kept))])
+                result = replace(result, value, kept)
             body.extend(nest_loops(inner, [K.Store(out, at, result)]))
         else:
             kept = iter(K.Var(v) for v, _ in outer)
@@ -311,50 +314,6 @@ COLUMN_BLOCK = 1024
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-def is_float(dtype: str) -> bool:
-    return dtype in ("float32", "float64")
-
-
-def costly(e) -> bool:
-    """Whether recomputing e costs more than a load: a transcendental, a power or a division."""
-    if isinstance(e, K.Unary):
-        return e.op in ("exp", "log", "tanh", "sqrt") or costly(e.x)
-    if isinstance(e, K.Binary):
-        return e.op in ("pow", "div") or costly(e.a) or costly(e.b)
-    if isinstance(e, K.Where):
-        return costly(e.cond) or costly(e.a) or costly(e.b)
-    return isinstance(e, K.Cast) and costly(e.x)
-
-
-def _children(e) -> tuple:
-    if isinstance(e, K.Unary) or isinstance(e, K.Cast):
-        return (e.x,)
-    if isinstance(e, K.Binary):
-        return (e.a, e.b)
-    if isinstance(e, K.Where):
-        return (e.cond, e.a, e.b)
-    return ()
-
-
-def contains(e, part) -> bool:
-    return e is part or any(contains(c, part) for c in _children(e))
-
-
-def replace(e, part, new):
-    """e with every occurrence of the subexpression `part` (by identity) replaced by `new`."""
-    if e is part:
-        return new
-    if isinstance(e, K.Unary):
-        return K.Unary(e.op, replace(e.x, part, new), e.dtype)
-    if isinstance(e, K.Cast):
-        return K.Cast(replace(e.x, part, new), e.dtype)
-    if isinstance(e, K.Binary):
-        return K.Binary(e.op, replace(e.a, part, new), replace(e.b, part, new), e.dtype)
-    if isinstance(e, K.Where):
-        return K.Where(replace(e.cond, part, new), replace(e.a, part, new), replace(e.b, part, new), e.dtype)
-    return e
-
-
 def identity(op: str, dtype: str):
     if op == "reduce_sum":
         return 0
