@@ -12,38 +12,8 @@ import pytest
 import needle as ndl
 from needle import config, nn, optim
 
-from cuda_emulation import fake_pycuda, harness
-
-def _real_gpu() -> bool:
-    from needle.runtime import cuda as rt
-    return rt.available()[0]
-
-
-pytestmark = pytest.mark.skipif(not _real_gpu() and not harness.have_compiler(),
-                                reason="neither a GPU nor g++ for the emulator")
-
-
-@pytest.fixture
-def gpu(tmp_path, monkeypatch):
-    from needle.runtime import cuda as rt
-    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "cache"))
-    if rt.available()[0]:  # a real GPU
-        yield rt
-        return
-    saved = fake_pycuda.install()
-    old = dict(rt._state)
-    rt._state.clear()
-    rt.clear_schedule_cache()
-    rt._modules.clear()
-    try:
-        yield rt
-    finally:
-        rt._state.clear()
-        rt._state.update(old)
-        rt.clear_schedule_cache()
-        rt._modules.clear()
-        rt.POOL.clear()
-        fake_pycuda.uninstall(saved)
+from cuda_emulation import fake_pycuda
+from cuda_emulation.gpu import gpu, pytestmark  # noqa: F401  (the fixture and its skip)
 
 
 def test_device_is_enabled_and_tensors_move(gpu):

@@ -1,43 +1,9 @@
 """needle.profile() on cuda(): launches timed through CUDA events (on the PyCUDA
 stand-in when there is no GPU: its events report 1 us per kernel)."""
 import numpy as np
-import pytest
 
 import needle as ndl
-from needle import config
-
-from cuda_emulation import fake_pycuda, harness
-
-
-def _real_gpu() -> bool:
-    from needle.runtime import cuda as rt
-    return rt.available()[0]
-
-
-pytestmark = pytest.mark.skipif(not _real_gpu() and not harness.have_compiler(),
-                                reason="neither a GPU nor g++ for the emulator")
-
-
-@pytest.fixture
-def gpu(tmp_path, monkeypatch):
-    from needle.runtime import cuda as rt
-    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "cache"))
-    if rt.available()[0]:
-        yield rt
-        return
-    saved, old = fake_pycuda.install(), dict(rt._state)
-    rt._state.clear()
-    rt.clear_schedule_cache()
-    rt._modules.clear()
-    try:
-        yield rt
-    finally:
-        rt._state.clear()
-        rt._state.update(old)
-        rt.clear_schedule_cache()
-        rt._modules.clear()
-        rt.POOL.clear()
-        fake_pycuda.uninstall(saved)
+from cuda_emulation.gpu import gpu, pytestmark  # noqa: F401  (the fixture and its skip)
 
 
 def test_cuda_launches_are_profiled(gpu):

@@ -10,7 +10,7 @@ import needle as ndl
 from needle import nn, optim
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "codegen"))
-from test_cuda_runtime_emulated import gpu, pytestmark  # noqa: E402,F401  (the fixture and its skip)
+from cuda_emulation.gpu import gpu, pytestmark  # noqa: E402,F401  (the fixture and its skip)
 
 
 def train(use_jit, steps=5):
