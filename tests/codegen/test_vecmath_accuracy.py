@@ -165,6 +165,20 @@ def test_lazy_ops_at_known_points(lazy):
     assert ndl.exp(x).numpy()[0] == np.float32(94.6324234008789)
 
 
+def test_lazy_sigmoid_within_one_ulp(lazy):
+    """Lazy sigmoid is one fused kernel, which the LLVM renderer recognizes as the
+    logistic function and computes with vecmath's sigmoid (the spelled-out float32
+    formula is up to 3 ulp off).  Eager modes run the formula op by op, as numpy does."""
+    x = all_patterns()
+    got = ndl.sigmoid(ndl.Tensor(x, requires_grad=False)).numpy()
+    with np.errstate(all="ignore"):
+        want = sigmoid_reference(x).astype(np.float32)
+    ok = within_one_ulp(got, want)
+    assert ok.all(), list(zip(x[~ok], got[~ok], want[~ok]))[:5]
+    special = ~(np.isfinite(want) & (want != 0))
+    assert same_values(got[special], want[special]).all()
+
+
 @pytest.mark.parametrize("exponent", [3.0, -2.0, -0.5, 0.5, 2.5, -1.0, 1.0 / 3])
 def test_lazy_power_scalar_within_one_ulp(lazy, exponent):
     """Constant exponents: 3, -2 and -0.5 were two roundings in float32 (and 1/(x*x)
