@@ -1,0 +1,263 @@
+"""A captured call and its replay (see jit.py): each schedule's leaf buffers are
+bound to where their data lives now — an input, an output of an earlier schedule
+of the replay, a fresh random draw, state (found where it lives, see state.py) or a
+constant made inside the call — and found by the identity of their storage
+(`_handle`), so views of those buffers are rebuilt as views.
+"""
+from __future__ import annotations
+
+import weakref
+
+from ..autograd import Tensor, TensorTuple
+from ..errors import JitError
+from ..ir.nodes import RuntimeScalar
+from . import capture, state
+
+INPUT, OUTPUT, DRAW, STATE, CONST, SLOT = range(6)
+
+
+def realized_array(tensor):
+    """The realized NDArray of a tensor (computing it if it is pending)."""
+    data = tensor._cached_data
+    if getattr(data, "is_lazy", False):
+        data = tensor.realize_cached_data()
+    return data
+
+
+class _Run:
+    """One schedule of a CapturedStep: the compiled entry and how to bind it."""
+
+    __slots__ = ("entry", "device", "leaves", "scalars")
+
+    def __init__(self, entry, device, leaves, scalars):
+        self.entry, self.device, self.leaves, self.scalars = entry, device, leaves, scalars
+
+
+class CapturedStep:
+    """The schedules of one call and the bindings that replay them."""
+
+    def __init__(self, recorder: capture.Recorder, inputs: list, result, slots_before, roots, modules):
+        self.modules = modules
+        self.training = tuple(m.training for m in modules)
+        self.actions = list(recorder.actions)
+        self.draws = [(fn, args, kwargs) for fn, args, kwargs, _ in recorder.draws]
+        # where each buffer comes from, by the identity of its storage (`_handle`):
+        # eager ops hand views (reshapes, broadcasts) of their inputs to kernels
+        sources = {}
+        for i, t in enumerate(inputs):
+            sources.setdefault(id(realized_array(t)._handle), ((INPUT, i), realized_array(t)))
+        for k, (_, _, _, array) in enumerate(recorder.draws):
+            sources.setdefault(id(array._handle), ((DRAW, k), array))
+        self._state_sources(recorder, slots_before, roots, sources)
+        outputs = {}
+        self.runs = []
+        for s, run in enumerate(recorder.runs):
+            leaves = [self._bind(leaf, outputs, sources) for leaf in run.leaves]
+            if isinstance(run, capture.HostRun):
+                self.runs.append(_HostRun(run.fn, run.device, leaves))
+            else:
+                scalars = [sc.value.provider if isinstance(sc.value, RuntimeScalar) else sc for sc in run.scalars]
+                self.runs.append(_Run(run.entry, run.device, leaves, scalars))
+            for j, array in enumerate(run.outputs):
+                outputs.setdefault(id(array._handle), ((OUTPUT, s, j), array))
+        returned = set()
+        self.result = self._template(result, outputs, returned, recorder.created_ids)
+        self.holders = self._holders(recorder, outputs, returned)
+        self.n_inputs = len(inputs)
+
+    def _state_sources(self, recorder, slots_before, roots, sources) -> None:
+        """Sources of the state the call read: the Tensor read (a parameter), or what
+        replaced it in its container (a module attribute, an optimizer's dict entry),
+        found at each replay in that container."""
+        replaced = state.replacements(slots_before)
+        self.slot_of = slot_of = state.slot_of(state.slots(roots))
+        for ref, made_here, array in recorder.readers.values():
+            if made_here or id(array._handle) in sources:
+                continue  # made inside the call: a constant (or an input, a draw)
+            anchor, hops = ref(), 0
+            while anchor is not None and id(anchor) in replaced and hops < 64:
+                anchor, hops = replaced[id(anchor)], hops + 1
+            if anchor is None:
+                raise JitError("needle.jit: the function replaced a tensor it reads as state in a place "
+                               "needle cannot follow (keep state in module attributes, optimizer state or "
+                               "containers the function can reach); pass it as an argument instead")
+            where = (SLOT,) + slot_of[id(anchor)] if id(anchor) in slot_of else (STATE, anchor)
+            sources[id(array._handle)] = (where, array)
+
+    @staticmethod
+    def _bind(leaf, outputs, sources):
+        """(where, view, layout to check): how a replay finds this leaf buffer."""
+        found = outputs.get(id(leaf._handle)) or sources.get(id(leaf._handle))
+        if found is None:
+            return ((CONST, leaf), None, None)  # made inside the call: a constant
+        where, base = found
+        view = None if _layout(leaf) == _layout(base) else (leaf.shape, leaf.strides, leaf.offset)
+        return (where, view, _layout(base) if where[0] in (STATE, SLOT) else None)
+
+    def _template(self, value, outputs, returned, made_here):
+        """The return value with each Tensor the call made replaced by where a replay
+        finds its value (a new Tensor each replay, so earlier results stay valid);
+        Tensors that existed before (inputs, parameters) are handed back as they are."""
+        if isinstance(value, Tensor):
+            found = _locate(value._cached_data, outputs)
+            if found is not None and id(value) in made_here:
+                returned.add(id(value))
+                return ("tensor", found, value.requires_grad)
+            return (CONST, value)
+        if isinstance(value, (list, tuple)) and not isinstance(value, TensorTuple):
+            return ("seq", type(value), [self._template(v, outputs, returned, made_here) for v in value])
+        if isinstance(value, dict):
+            return ("dict", [(k, self._template(v, outputs, returned, made_here)) for k, v in value.items()])
+        return (CONST, value)
+
+    def _holders(self, recorder, outputs, returned) -> list:
+        """(how to find the Tensor, position in its tuple data or None, where its new
+        value is) for every live Tensor, other than the returned ones, that holds a
+        result of the call; one found in a container is looked up there at each replay."""
+        candidates = [r() for r in recorder.created] + [ref() for ref, _, _ in recorder.readers.values()]
+        holders, seen = [], set()
+        for t in candidates:
+            if t is None or id(t) in seen or id(t) in returned:
+                continue
+            seen.add(id(t))
+            data = t._cached_data
+            for pos, x in enumerate(data if isinstance(data, tuple) else (data,)):
+                found = _locate(x, outputs)
+                if found is not None:
+                    find = self.slot_of[id(t)] if id(t) in self.slot_of else weakref.ref(t)
+                    holders.append((find, pos if isinstance(data, tuple) else None, found))
+        return holders
+
+    # ---- replay ----------------------------------------------------------------------------
+    def matches(self) -> bool:
+        return all(m.training == f for m, f in zip(self.modules, self.training))
+
+    def replay(self, inputs: list):
+        draws = []
+        for kind, what in self.actions:
+            if kind == "draw":
+                fn, args, kwargs = self.draws[what]
+                draws.append(realized_array(fn(*args, **kwargs)))
+            else:
+                what()
+        arrays = [realized_array(t) for t in inputs]
+        outs = []
+        for run in self.runs:
+            leaves = []
+            for where, view, layout in run.leaves:
+                base = _find(where, arrays, outs, draws)
+                if layout is not None and _layout(base) != layout:
+                    return STALE  # state changed layout since the capture: capture again
+                leaves.append(base if view is None else base._view(*view))
+            if type(run) is _HostRun:
+                outs.append(run.call(leaves))
+                continue
+            scalars = [_Value(s()) if callable(s) else s for s in run.scalars]
+            outs.append(run.entry.run(leaves, scalars, run.device))
+        for find, pos, (where, view, _) in self.holders:
+            t = find() if callable(find) else state.in_slot(*find)
+            if t is not None:
+                new = _find(where, arrays, outs, draws)
+                new = new if view is None else new._view(*view)
+                if pos is None:
+                    t._cached_data = new
+                else:
+                    t._cached_data = t._cached_data[:pos] + (new,) + t._cached_data[pos + 1:]
+        return self._rebuild(self.result, arrays, outs, draws)
+
+    def _rebuild(self, template, arrays, outs, draws):
+        kind = template[0]
+        if kind == "tensor":
+            where, view, _ = template[1]
+            new = _find(where, arrays, outs, draws)
+            return Tensor.make_const(new if view is None else new._view(*view), requires_grad=template[2])
+        if kind == "seq":
+            return template[1](self._rebuild(t, arrays, outs, draws) for t in template[2])
+        if kind == "dict":
+            return {k: self._rebuild(t, arrays, outs, draws) for k, t in template[1]}
+        return template[1]
+
+    def explain(self) -> str:
+        kinds = {INPUT: "input", OUTPUT: "earlier output", DRAW: "random draw", STATE: "state",
+                 SLOT: "state", CONST: "constant"}
+        schedules = [r for r in self.runs if type(r) is _Run]
+        lines = [f"  {len(schedules)} schedule(s), {sum(len(r.entry.schedule.calls) for r in schedules)} kernel(s), "
+                 f"{len(self.runs) - len(schedules)} host call(s), "
+                 f"{len(self.holders)} state tensor(s) updated in place, {len(self.draws)} random draw(s), "
+                 f"{sum(1 for k, _ in self.actions if k == 'call')} replay callback(s)"]
+        for s, run in enumerate(self.runs):
+            counts = {}
+            for (where, _, _) in run.leaves:
+                counts[kinds[where[0]]] = counts.get(kinds[where[0]], 0) + 1
+            if type(run) is _HostRun:
+                lines.append(f"  host call {s} ({getattr(run.fn, '__name__', run.fn)}): " +
+                             ", ".join(f"{n} {k}" for k, n in counts.items()))
+                continue
+            live = sum(1 for x in run.scalars if callable(x))
+            lines.append(f"  schedule {s} on {run.device}: leaves " +
+                         ", ".join(f"{n} {k}" for k, n in counts.items()) +
+                         f"; scalars {len(run.scalars)} ({live} read at each call)")
+            for c in run.entry.schedule.calls:
+                lines.append(f"    {c.kernel.name}")
+        return "\n".join(lines)
+
+
+def _layout(array) -> tuple:
+    return (array.shape, array.strides, array.offset, array.dtype)
+
+
+def _locate(data, outputs):
+    """(where, view, None) when `data` (an NDArray or a realized lazy node) is an output
+    of the capture or a view of one, else None."""
+    array = data.arg if getattr(data, "is_lazy", False) and data.op == "buffer" else data
+    found = outputs.get(id(getattr(array, "_handle", None)))
+    if found is None:
+        return None
+    where, base = found
+    return (where, None if _layout(array) == _layout(base) else (array.shape, array.strides, array.offset), None)
+
+
+def _find(where, arrays, outs, draws):
+    """The array a binding names, in this replay."""
+    kind = where[0]
+    if kind == SLOT:
+        return realized_array(state.in_slot(where[1], where[2], where[3]))
+    if kind == STATE:
+        return realized_array(where[1])
+    if kind == INPUT:
+        return arrays[where[1]]
+    if kind == OUTPUT:
+        return outs[where[1]][where[2]]
+    if kind == DRAW:
+        return draws[where[1]]
+    return where[1]
+
+
+class _HostRun:
+    """A host call of a CapturedStep: numpy in, numpy out, new buffers on `device`."""
+
+    __slots__ = ("fn", "device", "leaves")
+
+    def __init__(self, fn, device, leaves):
+        self.fn, self.device, self.leaves = fn, device, leaves
+
+    def call(self, arrays) -> list:
+        results = self.fn(*[host_values(a) for a in arrays])
+        return [realized_array(Tensor(r, device=self.device, dtype=str(r.dtype), requires_grad=False)) for r in results]
+
+
+def host_values(array):
+    """An array's values as numpy (NEEDLE_BACKEND=np holds numpy arrays already)."""
+    return array.numpy() if hasattr(array, "_handle") else array
+
+
+class _Value:
+    """A run-time scalar's value for one replay (what a Scalar offers the runtime)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+STALE = object()  # a replay found state with another layout: capture again
