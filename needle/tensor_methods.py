@@ -173,13 +173,6 @@ class TensorMethods:
     def numel(self) -> int:
         return self.size
 
-    def __bool__(self) -> bool:
-        """A 0-d tensor is its value (`if loss < 0.1:` reads it, as in PyTorch); others keep
-        Python's truthiness of a sequence (a non-empty first axis), as before."""
-        if not self.shape:
-            return bool(self.item())
-        return self.shape[0] > 0
-
     def __int__(self) -> int:
         return int(self.item())
 

@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 
 from .. import init, ops
 from ..autograd import Tensor
-from ..errors import ArgumentError, ShapeError, fmt_shape
+from ..errors import ArgumentError, IndexingError, ShapeError, fmt_shape
 from .nn_basic import check_features, check_ndim, optional_bias
 from ..runtime import realize_later
 from .nn_module import Module, Parameter
@@ -41,7 +41,7 @@ def _unstack(x: Tensor, axis: int = 0) -> List[Tensor]:
 class Embedding(Module):
     """A lookup table: integer ids (as floats or ints) of any shape -> vectors, a gather
     of the weight's rows (its gradient is a scatter_add of the rows' gradients).  Ids
-    are never read back: out-of-range ones are clamped by the kernel."""
+    already computed are checked; ids still pending are clamped by the kernel."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, device=None, dtype: str = "float32") -> None:
         super().__init__()
@@ -54,7 +54,10 @@ class Embedding(Module):
         return f"{self.num_embeddings}, {self.embedding_dim}"
 
     def forward(self, x: Tensor) -> Tensor:
-        return ops.gather(self.weight, x, 0)
+        try:
+            return ops.gather(self.weight, x, 0)
+        except IndexingError as e:
+            raise IndexingError(f"Embedding({self.num_embeddings}, {self.embedding_dim}): {e}") from None
 
 
 class RNNCell(Module):

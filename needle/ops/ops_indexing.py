@@ -79,9 +79,14 @@ class ScatterAdd(TensorOp):
 
 
 def _index_tensor(i, device, op: str, size=None) -> Tensor:
-    """An index array as a constant Tensor: a Tensor is used as is (never read back);
-    host data (list, numpy) is checked against `size` and made non-negative."""
+    """An index array as a constant Tensor.  A Tensor is used as is, on its device (so a
+    step captured by needle.jit reads each call's indices); its values are checked when
+    they are already computed, and clamped by the kernels otherwise.  Host data (lists,
+    numpy) is checked against `size` and made non-negative."""
     if isinstance(i, Tensor):
+        known = _computed_values(i)
+        if known is not None:
+            _check_range(op, known, size, " (a Tensor index)")
         return Tensor.make_const(i._cached_data)
     arr = np.asarray(i.numpy() if hasattr(i, "numpy") else i)
     if arr.size == 0:
@@ -89,12 +94,30 @@ def _index_tensor(i, device, op: str, size=None) -> Tensor:
     if arr.dtype.kind not in "iu":
         raise IndexingError(f"{op}: index arrays must hold integers, got {arr.dtype}")
     arr = arr.astype(np.int64)
+    _check_range(op, arr, size)
     if size is not None and arr.size:
-        bad = (arr < -size) | (arr >= size)
-        if bad.any():
-            raise IndexingError(f"{op}: index {int(arr[bad].flat[0])} is out of bounds for an axis of size {size}")
         arr = np.where(arr < 0, arr + size, arr)
     return Tensor(arr, device=device, dtype="int64", requires_grad=False)
+
+
+def _computed_values(t: Tensor):
+    """The values of `t` if they are computed already (a look, not a computation), else None."""
+    data = t._cached_data
+    if data is None or (getattr(data, "is_lazy", False) and data.realized is None):
+        return None
+    data = t.realize_cached_data()
+    return np.asarray(data.numpy() if hasattr(data, "numpy") else data)
+
+
+def _check_range(op: str, values: np.ndarray, size, what: str = "") -> None:
+    if values.dtype.kind == "f" and values.size and np.any(values != np.floor(values)):
+        bad = values[values != np.floor(values)].flat[0]
+        raise IndexingError(f"{op}: index values must be whole numbers, got {bad}{what}")
+    if size is not None and values.size:
+        bad = (values < -size) | (values >= size)
+        if bad.any():
+            raise IndexingError(f"{op}: index {values[bad].flat[0]:g} is out of bounds for an axis of size "
+                                f"{size}{what}")
 
 
 def gather(a: Tensor, indices, axis: int = 0) -> Tensor:
@@ -262,7 +285,10 @@ def index(a: Tensor, idxs) -> Tensor:
     else:  # numpy puts the broadcast index dims first
         rest = [d for d in range(len(b.shape)) if d not in positions]
         b, axis = permute(b, tuple(positions + rest)), 0
-    ix = [_index_tensor(data, a.device, "getitem", n) for data, n in arrays]
+    try:
+        ix = [_index_tensor(data, a.device, "getitem", n) for data, n in arrays]
+    except IndexingError as e:
+        raise IndexingError(f"{e} (tensor shape {fmt_shape(a.shape)})") from None
     try:
         ishape = np.broadcast_shapes(*[i.shape for i in ix])
     except ValueError:
