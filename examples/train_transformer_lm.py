@@ -8,7 +8,7 @@ punctuation separated by spaces, one line per text line, words seen once replace
 to the test part and the one before it to the validation part, so that all parts
 sample the same kinds of text.
 
-    python examples/train_transformer_lm.py --epochs 10
+    python examples/train_transformer_lm.py --epochs 5
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--source", nargs="+", default=list(DEFAULT_SOURCES),
                    help=f"text files to learn (default: {' '.join(DEFAULT_SOURCES)})")
     p.add_argument("--corpus", default=None, help="an existing PTB-style folder instead of --source")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=32)
     p.add_argument("--embedding", type=int, default=64)
