@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
 import time
 
 import numpy as np
@@ -58,6 +59,7 @@ class CompiledSchedule:
         self.outputs = [(slot, shape, np_dtype(dtype), math.prod(shape)) for slot, shape, dtype in schedule.outputs]
         self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
+        self.tables, self.tables_free = _Args(self), threading.Lock()
         #: what this entry holds in memory, roughly (the schedule cache's byte bound)
         self.nbytes = _SCHEDULE_OVERHEAD * (1 + len(schedule.calls)) + self.slot_matrix.nbytes + self.param_matrix.nbytes
         threads = config.THREADS
@@ -66,27 +68,40 @@ class CompiledSchedule:
                          for c, k in zip(schedule.calls, self.kernels)]
 
     def run(self, leaves, scalars, device) -> list:
+        # the schedule's own argument tables (pointers computed once), unless another
+        # thread is running this schedule right now
+        if self.tables_free.acquire(blocking=False):
+            try:
+                return self._run(leaves, scalars, device, self.tables)
+            finally:
+                self.tables_free.release()
+        return self._run(leaves, scalars, device, _Args(self))
+
+    def _run(self, leaves, scalars, device, args: "_Args") -> list:
         s = self.schedule
-        ptrs = np.zeros(self.n_slots, dtype=np.int64)
+        ptrs = args.ptrs
         for i, leaf in enumerate(leaves):
             handle = leaf._handle
-            ptrs[i] = handle.ctypes.data + leaf.offset * handle.itemsize
+            ptrs[i] = address(handle) + leaf.offset * handle.itemsize
         outputs, out_arrays = [], {}
         for slot, shape, dtype, size in self.outputs:
             arr = out_arrays.get(slot)
             if arr is None:
                 arr = out_arrays[slot] = np.empty(max(size, 1), dtype=dtype)
                 ptrs[slot] = arr.ctypes.data
-            outputs.append(NDArray.make(shape, device=device, handle=arr if size else arr[:0], dtype=dtype.name))
+            out = NDArray.make(shape, device=device, handle=arr if size else arr[:0], dtype=dtype.name)
+            _remember_address(out._handle, int(ptrs[slot]))  # read again when a later graph reads it
+            outputs.append(out)
         temps = [POOL.acquire(n) for n in s.temp_bytes]
         for slot, buf in self.temp_slots:
             ptrs[slot] = temps[buf].ctypes.data
         # every kernel's pointer list and parameters, gathered in one numpy operation each
-        table = ptrs[self.slot_matrix]
-        values = np.array([x.value for x in scalars] or [0.0], dtype=np.float64)
-        params = values[self.param_matrix]
-        err = np.zeros(1, dtype=np.int32)
-        args = _Args(table, params, err)
+        np.take(ptrs, self.slot_matrix, out=args.table)
+        values = args.values
+        for k, x in enumerate(scalars):
+            values[k] = x.value
+        np.take(values, self.param_matrix, out=args.params)
+        args.err[0] = 0
         timer = KERNEL_TIMER
         timed = timer is not None or config.DEBUG >= 2
         try:
@@ -107,20 +122,45 @@ class CompiledSchedule:
         return outputs
 
 
+def address(handle) -> int:
+    """The address of a host buffer, remembered on the buffer (numpy's `.ctypes.data`
+    costs about a microsecond, and a training step reads the same buffers again)."""
+    try:
+        return handle._needle_address
+    except AttributeError:
+        pass
+    found = handle.ctypes.data
+    _remember_address(handle, found)
+    return found
+
+
+def _remember_address(handle, value: int) -> None:
+    try:
+        handle._needle_address = value
+    except AttributeError:  # a plain numpy array takes no attributes
+        pass
+
+
 def _min_work(kernel) -> int:
     return MIN_FLOPS_PER_THREAD if kernel.name.startswith("M_") else MIN_WORK_PER_THREAD
 
 
 class _Args:
-    """Raw pointers to each kernel's buffer list and parameters, from two tables."""
+    """A schedule's argument tables: the slot pointers, each kernel's pointer list and
+    parameters (gathered from them), the error flag, and raw pointers to all of it."""
 
-    __slots__ = ("table", "params", "err", "table_ptr", "table_row", "params_ptr", "params_row", "err_ptr")
+    __slots__ = ("ptrs", "table", "values", "params", "err", "table_ptr", "table_row", "params_ptr",
+                 "params_row", "err_ptr")
 
-    def __init__(self, table, params, err):
-        self.table, self.params, self.err = table, params, err  # keep the memory alive
-        self.table_ptr, self.table_row = table.ctypes.data, table.strides[0]
-        self.params_ptr, self.params_row = params.ctypes.data, params.strides[0]
-        self.err_ptr = err.ctypes.data
+    def __init__(self, compiled: "CompiledSchedule"):
+        self.ptrs = np.zeros(compiled.n_slots, dtype=np.int64)
+        self.table = np.zeros(compiled.slot_matrix.shape, dtype=np.int64)
+        self.values = np.zeros(max(compiled.schedule.n_params, 1), dtype=np.float64)
+        self.params = np.zeros(compiled.param_matrix.shape, dtype=np.float64)
+        self.err = np.zeros(1, dtype=np.int32)
+        self.table_ptr, self.table_row = self.table.ctypes.data, self.table.strides[0]
+        self.params_ptr, self.params_row = self.params.ctypes.data, self.params.strides[0]
+        self.err_ptr = self.err.ctypes.data
 
 
 def _limits(call, s, leaves, out_arrays, temps):
