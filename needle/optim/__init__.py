@@ -1,15 +1,18 @@
 """Optimizers: SGD (with momentum), Adam and RMSprop, as in the course framework.
 
-Every update is written with Tensor ops on *detached* tensors (`p.data`,
-`p.grad.data`), never with numpy, for two reasons:
+Every update is array arithmetic on the tensors' data (lazy nodes in lazy mode,
+NDArrays eagerly, numpy arrays with NEEDLE_BACKEND=np), never a host round trip:
 
 - in lazy mode the whole step (all parameters and all optimizer state) becomes
   one IR graph, which `step()` realizes once at its end — one training step is
   one schedule, and fusion can merge the many small elementwise updates;
-- detached tensors carry no autograd history, so the graph of the previous
-  iteration is freed as soon as its results are realized.
+- updates need no autograd, so they build no Tensor graph (a third of the cost of
+  Tensor ops), and the graph of the previous iteration is freed as soon as its
+  results are realized;
+- hyperparameters enter as `RuntimeScalar`s, so a step captured by needle.jit reads
+  them again at each replay (a learning-rate scheduler needs no recapture).
 
-`step()` never writes into `.grad` (it only reads `p.grad.data`), and keeps each
+`step()` never writes into `.grad` (it only reads its data), and keeps each
 parameter's dtype: updates are cast back if a gradient arrives in another dtype.
 """
 from __future__ import annotations
@@ -33,8 +36,9 @@ __all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "RMSprop", "lr_scheduler"]
 class Optimizer:
     """Base class: holds the parameter list and the learning rate `lr`.
 
-    Subclasses implement `_update(index, param, grad)`, returning the new
-    parameter value; the base class skips parameters without a gradient,
+    Subclasses implement `_update(index, param, grad)` on arrays (`_data`: lazy
+    nodes, NDArrays or numpy arrays), returning the new parameter value and keeping
+    state as Tensors (`_state`); the base class skips parameters without a gradient,
     assigns the results and realizes everything once.
     """
 
@@ -55,11 +59,10 @@ class Optimizer:
             grad = getattr(param, "grad", None)  # a fresh Tensor has no .grad attribute
             if grad is None:
                 continue
-            grad = grad.data
+            g = _data(grad)
             if grad.dtype != param.dtype:
-                grad = grad.astype(param.dtype)
-            new_value = self._update(i, param, grad)
-            param.data = new_value
+                g = g.astype(param.dtype)
+            param.data = _state(self._update(i, _data(param), g))
             updated.append(param)
         # One realize for the parameters and the state: one graph per training step.
         realize(*updated, *self.state_tensors())
@@ -250,10 +253,22 @@ def _live(read) -> RuntimeScalar:
     return RuntimeScalar(read)
 
 
-def _with_weight_decay(grad: Tensor, param: Tensor, opt: "Optimizer") -> Tensor:
+def _data(t: Tensor):
+    """What an update computes on: the tensor's lazy node (lazy mode), NDArray (eager)
+    or numpy array (NEEDLE_BACKEND=np).  Updates need no autograd, and array arithmetic
+    builds a lazy step's graph at a fraction of the cost of Tensor ops."""
+    return t._compute_input()
+
+
+def _state(array) -> Tensor:
+    """An update's result as a constant Tensor (new parameter data, optimizer state)."""
+    return Tensor.make_const(array)
+
+
+def _with_weight_decay(grad, param, opt: "Optimizer"):
     """L2 regularization folded into the gradient: grad + wd * p (course and PyTorch)."""
     if opt.weight_decay:
-        return grad + param.data * _live(lambda: opt.weight_decay)
+        return grad + param * _live(lambda: opt.weight_decay)
     return grad
 
 
@@ -277,17 +292,16 @@ class SGD(Optimizer):
         self.weight_decay = _number("SGD", "weight_decay", weight_decay, 0.0)
         self.u: Dict[int, Tensor] = {}
 
-    def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
+    def _update(self, index: int, param, grad):
         grad = _with_weight_decay(grad, param, self)
         if self.momentum:
-            u_prev = self.u.get(index)
             u = grad * _live(lambda: 1 - self.momentum)
-            if u_prev is not None:
-                u = u_prev * _live(lambda: self.momentum) + u
-            self.u[index] = u
+            if index in self.u:
+                u = _data(self.u[index]) * _live(lambda: self.momentum) + u
+            self.u[index] = _state(u)
         else:
             u = grad
-        return param.data - u * _live(lambda: self.lr)
+        return param - u * _live(lambda: self.lr)
 
     def state_tensors(self) -> List[Tensor]:
         return list(self.u.values())
@@ -324,17 +338,17 @@ class Adam(Optimizer):
         self.t += 1
         _capture.on_replay(self._begin_step)  # a replay of a captured step counts it too
 
-    def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
+    def _update(self, index: int, param, grad):
         grad = _with_weight_decay(grad, param, self)
         m = grad * _live(lambda: 1 - self.beta1)
         v = (grad ** 2) * _live(lambda: 1 - self.beta2)
         if index in self.m:
-            m = self.m[index] * _live(lambda: self.beta1) + m
-            v = self.v[index] * _live(lambda: self.beta2) + v
-        self.m[index], self.v[index] = m, v
+            m = _data(self.m[index]) * _live(lambda: self.beta1) + m
+            v = _data(self.v[index]) * _live(lambda: self.beta2) + v
+        self.m[index], self.v[index] = _state(m), _state(v)
         m_hat = m / _live(lambda: 1 - self.beta1 ** self.t)
         v_hat = v / _live(lambda: 1 - self.beta2 ** self.t)
-        return param.data - (m_hat / (v_hat ** 0.5 + _live(lambda: self.eps))) * _live(lambda: self.lr)
+        return param - (m_hat / (v_hat ** 0.5 + _live(lambda: self.eps))) * _live(lambda: self.lr)
 
     def state_tensors(self) -> List[Tensor]:
         return list(self.m.values()) + list(self.v.values())
@@ -364,26 +378,26 @@ class RMSprop(Optimizer):
         self.grad_avg: Dict[int, Tensor] = {}
         self.buf: Dict[int, Tensor] = {}
 
-    def _update(self, index: int, param: Tensor, grad: Tensor) -> Tensor:
+    def _update(self, index: int, param, grad):
         grad = _with_weight_decay(grad, param, self)
         square_avg = (grad ** 2) * _live(lambda: 1 - self.alpha)
         if index in self.square_avg:
-            square_avg = self.square_avg[index] * _live(lambda: self.alpha) + square_avg
-        self.square_avg[index] = square_avg
+            square_avg = _data(self.square_avg[index]) * _live(lambda: self.alpha) + square_avg
+        self.square_avg[index] = _state(square_avg)
         if self.centered:
             grad_avg = grad * _live(lambda: 1 - self.alpha)
             if index in self.grad_avg:
-                grad_avg = self.grad_avg[index] * _live(lambda: self.alpha) + grad_avg
-            self.grad_avg[index] = grad_avg
+                grad_avg = _data(self.grad_avg[index]) * _live(lambda: self.alpha) + grad_avg
+            self.grad_avg[index] = _state(grad_avg)
             avg = (square_avg - grad_avg ** 2) ** 0.5 + _live(lambda: self.eps)
         else:
             avg = square_avg ** 0.5 + _live(lambda: self.eps)
         step = grad / avg
         if self.momentum:
             if index in self.buf:
-                step = self.buf[index] * _live(lambda: self.momentum) + step
-            self.buf[index] = step
-        return param.data - step * _live(lambda: self.lr)
+                step = _data(self.buf[index]) * _live(lambda: self.momentum) + step
+            self.buf[index] = _state(step)
+        return param - step * _live(lambda: self.lr)
 
     def state_tensors(self) -> List[Tensor]:
         return (list(self.square_avg.values()) + list(self.grad_avg.values())
