@@ -23,7 +23,7 @@ from typing import Dict, Iterable, List
 import functools
 import numbers
 
-from ..autograd import Tensor
+from ..autograd import BACKEND, Tensor
 from ..errors import ArgumentError, DTypeError
 from ..realize import realize
 from ..engine import capture as _capture
@@ -247,10 +247,11 @@ def _number(name: str, what: str, value, low=None, high=None):
     return value
 
 
-def _live(read) -> RuntimeScalar:
+def _live(read):
     """A hyperparameter expression, re-read at each replay of a step captured by
-    needle.jit (so a learning-rate scheduler works without recapturing)."""
-    return RuntimeScalar(read)
+    needle.jit (so a learning-rate scheduler works without recapturing).  The numpy
+    backend captures nothing, and numpy would promote a float subclass to float64."""
+    return read() if BACKEND == "np" else RuntimeScalar(read)
 
 
 def _data(t: Tensor):

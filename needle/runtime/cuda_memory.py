@@ -57,6 +57,14 @@ class DevicePool(IdleBuffers):
 POOL = DevicePool()
 
 
+class DeviceAddress(int):
+    """A device pointer that is also callable, so the course's `a._handle.ptr()`
+    shared-storage checks work on cuda() as on the host (`ptr + offset` stays an int)."""
+
+    def __call__(self) -> int:
+        return int(self)
+
+
 class DeviceBuffer:
     """Flat device storage of `size` elements of `dtype` (an NDArray's handle on cuda())."""
 
@@ -65,7 +73,7 @@ class DeviceBuffer:
     def __init__(self, size: int, dtype: str):
         self.size, self.dtype, self.itemsize = int(size), dtype, itemsize(dtype)
         self.alloc, self.nbytes = POOL.acquire(self.size * self.itemsize)
-        self.ptr = int(self.alloc)
+        self.ptr = DeviceAddress(int(self.alloc))
 
     def __del__(self):
         try:
