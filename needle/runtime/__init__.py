@@ -10,6 +10,7 @@ import weakref
 
 from .counters import add, reset_stats, stats  # noqa: F401
 
+
 class _Later(threading.local):
     """State worth computing with the next schedule, if it is still alive then.
 

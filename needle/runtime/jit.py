@@ -156,11 +156,13 @@ def compile_kernels(kernels) -> list:
         counters.add("cache_hits", len(out))
         return out
     with _lock:
+        done = {}  # a kernel twice in one schedule is loaded once, even if the cache is tiny
         for i, (kernel, key) in enumerate(zip(kernels, keys)):
             if out[i] is None:
-                out[i] = _compiled.get(key) or _load(kernel, key)
+                out[i] = done.get(key) or _compiled.get(key) or _load(kernel, key)
             else:
                 counters.add("cache_hits")
+            done[key] = out[i]
     return out
 
 
