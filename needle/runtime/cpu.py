@@ -56,7 +56,8 @@ class CompiledSchedule:
         self.param_matrix = np.zeros((len(schedule.calls), width), dtype=np.intp)
         for i, c in enumerate(schedule.calls):
             self.param_matrix[i, :len(c.params)] = c.params
-        self.outputs = [(slot, shape, np_dtype(dtype), math.prod(shape)) for slot, shape, dtype in schedule.outputs]
+        self.outputs = [(slot, shape, np_dtype(dtype), np_dtype(dtype).name, math.prod(shape))
+                        for slot, shape, dtype in schedule.outputs]
         self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
         self.tables, self.tables_free = _Args(self), threading.Lock()
@@ -84,12 +85,12 @@ class CompiledSchedule:
             handle = leaf._handle
             ptrs[i] = address(handle) + leaf.offset * handle.itemsize
         outputs, out_arrays = [], {}
-        for slot, shape, dtype, size in self.outputs:
+        for slot, shape, dtype, name, size in self.outputs:
             arr = out_arrays.get(slot)
             if arr is None:
                 arr = out_arrays[slot] = np.empty(max(size, 1), dtype=dtype)
                 ptrs[slot] = arr.ctypes.data
-            out = NDArray.make(shape, device=device, handle=arr if size else arr[:0], dtype=dtype.name)
+            out = NDArray.make(shape, device=device, handle=arr if size else arr[:0], dtype=name)
             _remember_address(out._handle, int(ptrs[slot]))  # read again when a later graph reads it
             outputs.append(out)
         temps = [POOL.acquire(n) for n in s.temp_bytes]
