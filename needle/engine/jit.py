@@ -116,7 +116,8 @@ class JitFunction:
         from ..runtime import realize_nodes
         realize_nodes([])  # state still pending from earlier calls becomes buffers the capture can read
         roots = state.roots(self.fn, args, kwargs)
-        slots_before = state.slots(roots)
+        modules = []
+        slots_before = state.slots(roots, modules)
         recorder = capture.Recorder()
         capture.CURRENT, schedules.RECORDER, lazy_ir.HOST_READ = recorder, recorder.schedule, capture.host_read
         try:
@@ -126,7 +127,7 @@ class JitFunction:
         finally:
             capture.CURRENT, schedules.RECORDER, lazy_ir.HOST_READ = None, None, None
         gc.collect()
-        step = CapturedStep(recorder, inputs, result, slots_before, roots, state.modules_in(roots))
+        step = CapturedStep(recorder, inputs, result, slots_before, roots, modules)
         self.captures.setdefault(key, []).append(step)
         self.captures.move_to_end(key)
         while sum(len(v) for v in self.captures.values()) > self.max_captures:

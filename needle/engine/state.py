@@ -34,10 +34,13 @@ def roots(fn, args, kwargs) -> list:
     return roots
 
 
-def slots(roots, limit: int = 200_000) -> list:
+def slots(roots, modules: list = None, limit: int = 200_000) -> list:
     """(container, key, value) for every Tensor (or tuple of them) held in a dict, a
     list or an object's attributes reachable from `roots` (modules, optimizers, user
-    objects), so that a value the call replaced can be matched with its successor."""
+    objects), so that a value the call replaced can be matched with its successor.
+    The Modules met on the way are appended to `modules` (their `training` flags
+    select a capture)."""
+    from ..nn import Module
     found, seen, stack = [], set(), [(r, 0) for r in roots]
     while stack and len(seen) < limit:
         obj, depth = stack.pop()
@@ -54,6 +57,8 @@ def slots(roots, limit: int = 200_000) -> list:
             continue
         elif hasattr(obj, "__dict__") and not getattr(type(obj), "holds_no_state", False):
             stack.append((obj.__dict__, depth + 1))  # modules, optimizers, a user's objects
+            if modules is not None and isinstance(obj, Module):
+                modules.append(obj)
             continue
         else:
             continue
@@ -101,14 +106,3 @@ def replacements(slots) -> dict:
                 replaced[id(a)] = b
     return replaced
 
-
-def modules_in(roots) -> list:
-    from ..nn import Module
-    out, seen = [], set()
-    for r in roots:
-        if isinstance(r, Module):
-            for m in [r] + r._children():
-                if id(m) not in seen:
-                    seen.add(id(m))
-                    out.append(m)
-    return out
