@@ -63,7 +63,6 @@ class CapturedStep:
         returned = set()
         self.result = self._template(result, outputs, returned, recorder.created_ids)
         self.holders = self._holders(recorder, outputs, returned)
-        self.n_inputs = len(inputs)
 
     def _state_sources(self, recorder, slots_before, roots, sources) -> None:
         """Sources of the state the call read: the Tensor read (a parameter), or what
