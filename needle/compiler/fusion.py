@@ -183,20 +183,8 @@ def _compute_shared_once(order, stored, consumers, reasons, shared: set) -> None
 def _single_elementwise_reader(n, stored, consumers):
     """The one stored node whose kernel reads `n`, when every path up to it is
     elementwise; else None."""
-    roots, stack, seen = {}, [n], set()
-    while stack:
-        x = stack.pop()
-        for c in consumers[id(x)]:
-            if id(c) in seen:
-                continue
-            seen.add(id(c))
-            if c.op not in ELEMENTWISE and not (id(c) in stored and c.op in REDUCE):
-                return None  # a view, gather, matmul, assemble...: another index or a packed copy
-            if id(c) in stored:
-                roots[id(c)] = c
-            else:
-                stack.append(c)
-    return next(iter(roots.values())) if len(roots) == 1 else None
+    roots = _readers_root(n, stored, consumers, elementwise_only=True)
+    return next(iter(roots.values())) if roots is not None and len(roots) == 1 else None
 
 
 def _tree_size(n, stored, memo) -> int:
@@ -244,17 +232,21 @@ def _new_group(n) -> Group:
     return Group("elementwise", n)
 
 
-def _readers_root(node, stored, consumers):
-    """The stored nodes whose kernels read `node` (walking up through inlined nodes)."""
-    roots, stack, seen = set(), [node], set()
+def _readers_root(node, stored, consumers, elementwise_only: bool = False):
+    """id -> node for the stored nodes whose kernels read `node` (walking up through
+    inlined nodes).  With `elementwise_only`, None when a path up to them goes through
+    a view, gather, matmul or assemble (another index, or a packed copy)."""
+    roots, stack, seen = {}, [node], set()
     while stack:
         n = stack.pop()
         for c in consumers[id(n)]:
             if id(c) in seen:
                 continue
             seen.add(id(c))
+            if elementwise_only and c.op not in ELEMENTWISE and not (id(c) in stored and c.op in REDUCE):
+                return None
             if id(c) in stored:
-                roots.add(id(c))
+                roots[id(c)] = c
             else:
                 stack.append(c)
     return roots
