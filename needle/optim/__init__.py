@@ -27,6 +27,7 @@ from ..autograd import BACKEND, Tensor
 from ..errors import ArgumentError, DTypeError
 from ..realize import realize
 from ..engine import capture as _capture
+from ..ir import build as ir_build
 from ..ir.nodes import RuntimeScalar
 from ..runtime import realize_later
 
@@ -55,15 +56,20 @@ class Optimizer:
         """Apply one update to every parameter that has a gradient."""
         self._begin_step()
         updated = []
-        for i, param in enumerate(self.params):
-            grad = getattr(param, "grad", None)  # a fresh Tensor has no .grad attribute
-            if grad is None:
-                continue
-            g = _data(grad)
-            if grad.dtype != param.dtype:
-                g = g.astype(param.dtype)
-            param.data = _state(self._update(i, _data(param), g))
-            updated.append(param)
+        origin = ir_build.ORIGIN  # dumps and profiles name the update's nodes after the optimizer
+        previous, origin.name = origin.name, type(self).__name__
+        try:
+            for i, param in enumerate(self.params):
+                grad = getattr(param, "grad", None)  # a fresh Tensor has no .grad attribute
+                if grad is None:
+                    continue
+                g = _data(grad)
+                if grad.dtype != param.dtype:
+                    g = g.astype(param.dtype)
+                param.data = _state(self._update(i, _data(param), g))
+                updated.append(param)
+        finally:
+            origin.name = previous
         # One realize for the parameters and the state: one graph per training step.
         realize(*updated, *self.state_tensors())
 
