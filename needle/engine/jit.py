@@ -104,7 +104,7 @@ class JitFunction:
         for step in self.captures.get(key, ()):
             if step.matches():
                 self.captures.move_to_end(key)
-                result = step.replay(inputs)
+                result = step.replay(arrays)
                 if result is not STALE:
                     self.replays += 1
                     return result

@@ -131,7 +131,8 @@ class CapturedStep:
     def matches(self) -> bool:
         return all(m.training == f for m, f in zip(self.modules, self.training))
 
-    def replay(self, inputs: list):
+    def replay(self, arrays: list):
+        """Run the captured schedules on this call's input arrays (realized NDArrays)."""
         draws = []
         for kind, what in self.actions:
             if kind == "draw":
@@ -139,7 +140,6 @@ class CapturedStep:
                 draws.append(realized_array(fn(*args, **kwargs)))
             else:
                 what()
-        arrays = [realized_array(t) for t in inputs]
         outs = []
         for run in self.runs:
             leaves = []
