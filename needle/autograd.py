@@ -483,6 +483,18 @@ def assign_functional(tensor: Tensor, update) -> None:
     tensor._version += 1
 
 
+def tensors_in(value):
+    """The Tensors and TensorTuples in `value` and the lists, tuples and dicts it nests."""
+    if isinstance(value, Value):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from tensors_in(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from tensors_in(v)
+
+
 def find_topo_sort(node_list: List[Value]) -> List[Value]:
     """Nodes in topological order: a post-order depth-first search that visits each
     node's inputs in order.  Iterative, so 10,000-deep graphs are fine."""

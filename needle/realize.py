@@ -24,13 +24,8 @@ def realize(*tensors):
 
 def realize_values(values) -> None:
     """Realize the pending data of all `values` in one go."""
-    from .runtime import realize_nodes
-    pending = []
-    for v in values:
-        data = v._cached_data
-        for x in (data if isinstance(data, tuple) else (data,)):
-            if autograd.is_pending(x):
-                pending.append(x)
+    from .runtime import pending_nodes, realize_nodes
+    pending = [n for v in values for n in pending_nodes(v)]
     if pending:
         realize_nodes(pending)
     for v in values:

@@ -31,10 +31,10 @@ import weakref
 from collections import OrderedDict
 
 from .. import autograd, config
-from ..autograd import Tensor, TensorTuple
+from ..autograd import Tensor
 from ..errors import JitError
 from ..ir import lazy as lazy_ir
-from ..runtime import schedules
+from ..runtime import pending_nodes, realize_nodes, schedules
 from . import capture, state
 from .replay import INPUT, STALE, CapturedStep, host_values, realized_array
 
@@ -113,7 +113,6 @@ class JitFunction:
         return self._capture(key, inputs, args, kwargs)
 
     def _capture(self, key, inputs, args, kwargs):
-        from ..runtime import realize_nodes
         realize_nodes([])  # state still pending from earlier calls becomes buffers the capture can read
         roots = state.roots(self.fn, args, kwargs)
         modules = []
@@ -122,7 +121,7 @@ class JitFunction:
         capture.CURRENT, schedules.RECORDER, lazy_ir.HOST_READ = recorder, recorder.schedule, capture.host_read
         try:
             result = self.fn(*args, **kwargs)
-            pending = [x for t in _tensors_in(result) for x in _pending(t)]
+            pending = [n for t in autograd.tensors_in(result) for n in pending_nodes(t)]
             realize_nodes(pending)  # close the step: nothing it made stays pending
         finally:
             capture.CURRENT, schedules.RECORDER, lazy_ir.HOST_READ = None, None, None
@@ -149,22 +148,6 @@ class JitFunction:
         text = "\n".join(lines)
         print(text)
         return text
-
-
-def _tensors_in(value):
-    if isinstance(value, (Tensor, TensorTuple)):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors_in(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors_in(v)
-
-
-def _pending(t):
-    data = t._cached_data
-    return [x for x in (data if isinstance(data, tuple) else (data,)) if autograd.is_pending(x)]
 
 
 def jit(fn=None, *, max_captures: int = 8):

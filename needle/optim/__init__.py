@@ -23,7 +23,7 @@ from typing import Dict, Iterable, List
 import functools
 import numbers
 
-from ..autograd import BACKEND, Tensor
+from ..autograd import BACKEND, Tensor, tensors_in
 from ..errors import ArgumentError, DTypeError
 from ..realize import realize
 from ..engine import capture as _capture
@@ -211,21 +211,10 @@ def _state_computed_after(step):
     @functools.wraps(step)
     def wrapped(self, *args, **kwargs):
         result = step(self, *args, **kwargs)
-        for t in _tensors_in(self.__dict__):
+        for t in tensors_in(self.__dict__):
             realize_later(t)
         return result
     return wrapped
-
-
-def _tensors_in(value) -> Iterable[Tensor]:
-    if isinstance(value, Tensor):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors_in(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors_in(v)
 
 
 def _parameter_list(name: str, params) -> List[Tensor]:

@@ -29,17 +29,21 @@ class _Later(threading.local):
 _later = _Later()
 
 
+def pending_nodes(value) -> list:
+    """The lazy nodes still to compute behind a Tensor, a TensorTuple or a lazy node
+    (none for realized data, or for None)."""
+    data = getattr(value, "_cached_data", value)
+    return [n for n in (data if isinstance(data, tuple) else (data,))
+            if getattr(n, "is_lazy", False) and n.realized is None]
+
+
 def realize_later(value) -> None:
     """Compute `value` (a Tensor, a TensorTuple or a lazy node) with the next
     schedule, if it is still alive then.  For state that outlives its step but
     that no output depends on (running statistics, a detached hidden state, the
     loss and the gradients after backward), so that it never stays pending and
     never keeps earlier steps' graphs alive."""
-    data = getattr(value, "_cached_data", value)
-    for node in (data if isinstance(data, tuple) else (data,)):
-        if getattr(node, "is_lazy", False) and node.realized is None:
-            break
-    else:
+    if not pending_nodes(value):
         return
     refs = _later.refs
     key = id(value)
@@ -58,13 +62,7 @@ def _later_nodes() -> list:
     refs = _later.refs
     if not refs:
         return []
-    nodes = []
-    for ref in list(refs.values()):
-        value = ref()
-        data = getattr(value, "_cached_data", value)
-        for node in (data if isinstance(data, tuple) else (data,)):
-            if getattr(node, "is_lazy", False) and node.realized is None:
-                nodes.append(node)
+    nodes = [n for ref in list(refs.values()) for n in pending_nodes(ref())]
     refs.clear()
     return nodes
 
