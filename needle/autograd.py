@@ -417,9 +417,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     if output_tensor.shape != out_grad.shape:
         raise ShapeError(f"backward: out_grad shape {fmt_shape(out_grad.shape)} differs from "
                          f"the tensor's {fmt_shape(output_tensor.shape)}")
-    if LAZY_MODE and is_pending(output_tensor._cached_data):
-        from .runtime import realize_later
-        realize_later(output_tensor)  # computed with the next schedule (the step)
+    _outlives_step(output_tensor)  # the loss: computed with the next schedule (the step)
     node_to_output_grads_list = {output_tensor: [out_grad]}
     for node in reversed(find_topo_sort([output_tensor])):
         grads = node_to_output_grads_list.pop(node, None)
@@ -477,9 +475,8 @@ def assign_functional(tensor: Tensor, update) -> None:
     if new.op is not None or tensor.op is not None:
         tensor.op, tensor.inputs, tensor.requires_grad = new.op, new.inputs, new.requires_grad
         tensor._saved_versions = new._saved_versions
-    elif LAZY_MODE:  # a written leaf (a parameter under no_grad) is state: computed with the next schedule
-        from .runtime import realize_later
-        realize_later(tensor)
+    else:  # a written leaf (a parameter under no_grad) is state: computed with the next schedule
+        _outlives_step(tensor)
     tensor._version += 1
 
 
