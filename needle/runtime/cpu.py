@@ -35,8 +35,6 @@ MIN_WORK_PER_THREAD = 1 << 18
 #: cell's 16x256x64) finishes before a woken worker thread would start, and on a busy
 #: machine waking it costs milliseconds
 MIN_FLOPS_PER_THREAD = 1 << 22
-#: bytes a cached schedule holds per kernel call (kernel IR, call tables), for the cache bound
-_SCHEDULE_OVERHEAD = 4096
 
 
 
@@ -62,7 +60,8 @@ class CompiledSchedule:
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
         self.tables, self.tables_free = _Args(self), threading.Lock()
         #: what this entry holds in memory, roughly (the schedule cache's byte bound)
-        self.nbytes = _SCHEDULE_OVERHEAD * (1 + len(schedule.calls)) + self.slot_matrix.nbytes + self.param_matrix.nbytes
+        self.nbytes = (schedules.ENTRY_BYTES_PER_CALL * (1 + len(schedule.calls)) + self.slot_matrix.nbytes
+                       + self.param_matrix.nbytes)
         threads = config.THREADS
         self.threaded = [threads > 1 and k.omp_address and c.kernel.parallel is not None and
                          c.kernel.parallel[1] > 1 and c.kernel.work >= _min_work(c.kernel) * 2

@@ -190,7 +190,7 @@ class CompiledSchedule:
         self.param_offsets, self.param_index = offsets, [i for c in schedule.calls for i in c.params]
         self.params = DeviceBuffer(max(n, 1), "float64")
         #: what this entry holds in host memory, roughly (the schedule cache's byte bound)
-        self.nbytes = 4096 * (1 + len(kernels)) + len(self.source)
+        self.nbytes = schedules.ENTRY_BYTES_PER_CALL * (1 + len(kernels)) + len(self.source)
 
     def run(self, leaves, scalars, device) -> list:
         drv = _state["drv"]

@@ -15,6 +15,11 @@ from . import counters, describe
 from .lru import LRUCache
 
 
+#: bytes a cached schedule holds per kernel call (kernel IR, call tables, launch data),
+#: for the devices' `nbytes` estimates that the cache's byte bound counts
+ENTRY_BYTES_PER_CALL = 4096
+
+
 class ScheduleCache:
     """Compiled schedules of one device, least recently used out first past
     `config.SCHEDULE_CACHE_SIZE` entries or `SCHEDULE_CACHE_BYTES`.
