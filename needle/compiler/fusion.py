@@ -232,23 +232,28 @@ def _new_group(n) -> Group:
     return Group("elementwise", n)
 
 
+def _consumers_reached(node, consumers, follow):
+    """Each node that reads `node`, or reads a reached node that `follow` accepts, once."""
+    stack, seen = [node], set()
+    while stack:
+        for c in consumers[id(stack.pop())]:
+            if id(c) not in seen:
+                seen.add(id(c))
+                yield c
+                if follow(c):
+                    stack.append(c)
+
+
 def _readers_root(node, stored, consumers, elementwise_only: bool = False):
     """id -> node for the stored nodes whose kernels read `node` (walking up through
     inlined nodes).  With `elementwise_only`, None when a path up to them goes through
     a view, gather, matmul or assemble (another index, or a packed copy)."""
-    roots, stack, seen = {}, [node], set()
-    while stack:
-        n = stack.pop()
-        for c in consumers[id(n)]:
-            if id(c) in seen:
-                continue
-            seen.add(id(c))
-            if elementwise_only and c.op not in ELEMENTWISE and not (id(c) in stored and c.op in REDUCE):
-                return None
-            if id(c) in stored:
-                roots[id(c)] = c
-            else:
-                stack.append(c)
+    roots = {}
+    for c in _consumers_reached(node, consumers, lambda c: id(c) not in stored):
+        if elementwise_only and c.op not in ELEMENTWISE and not (id(c) in stored and c.op in REDUCE):
+            return None
+        if id(c) in stored:
+            roots[id(c)] = c
     return roots
 
 
@@ -345,18 +350,8 @@ def _stage_legal(r, k: Group, consumers) -> str:
 def _read_by_gather(r, consumers) -> bool:
     """A stage leaves one value per kept index in a register; a gather reading the
     reduction (or an expression of it) needs it at other indices."""
-    stack, seen = [r], set()
-    while stack:
-        n = stack.pop()
-        for c in consumers[id(n)]:
-            if id(c) in seen:
-                continue
-            seen.add(id(c))
-            if c.op in ("gather", "scatter_add"):
-                return True
-            if c.op in ELEMENTWISE or c.op == "view":
-                stack.append(c)
-    return False
+    return any(c.op in ("gather", "scatter_add") for c in
+               _consumers_reached(r, consumers, lambda c: c.op in ELEMENTWISE or c.op == "view"))
 
 
 def _squeeze(shape) -> tuple:
