@@ -4,7 +4,10 @@ differences (gradients), and saving failing programs as regression tests.
 Modes of `check_forward`:
   "lazy"    lazy mode on cpu(): the whole program is one graph, fused and compiled;
   "eager"   eager mode on cpu(): one compiled kernel per primitive;
-  "bounds"  lazy mode with config.BOUNDS_CHECK on (a BoundsError is a failure).
+  "bounds"  lazy mode with config.BOUNDS_CHECK on (a BoundsError is a failure);
+  "cuda"    lazy mode on cuda() with config.BOUNDS_CHECK on: the CUDA lowering and
+            codegen, run by the GPU emulator (tests/codegen/cuda_emulation) unless a
+            real GPU is present; the caller holds `gpu.cuda_runtime()` around it.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ CPU = ndl.cpu()
 @contextlib.contextmanager
 def _mode(mode: str):
     previous = config.BOUNDS_CHECK
-    config.BOUNDS_CHECK = mode == "bounds" or previous
+    config.BOUNDS_CHECK = mode in ("bounds", "cuda") or previous
     try:
         with ndl.lazy(mode != "eager"):
             yield
@@ -39,7 +42,7 @@ def _mode(mode: str):
 def run_needle(prog: Program, mode: str = "lazy") -> list:
     needle_fn, _ = compile_program(prog)
     with _mode(mode):
-        outs, _ = needle_fn(prog.inputs, CPU)
+        outs, _ = needle_fn(prog.inputs, ndl.cuda() if mode == "cuda" else CPU)
         if prog.together:
             ndl.realize(*outs)
         return [o.numpy() for o in outs]
@@ -224,9 +227,14 @@ def _regression_body(prog: Program, mode: str, bounds: Bounds) -> str:
                 tol = tol.tolist()
             skip = bounds.U[k].tolist() if bounds.U[k].any() else False
             tolerances.append(f"({k}, {tol!r}, {skip!r})")
-        bounds_args = ", bounds_check=True, monkeypatch=monkeypatch" if mode == "bounds" else ""
+        checked = mode in ("bounds", "cuda")
+        bounds_args = ", bounds_check=True, monkeypatch=monkeypatch" if checked else ""
+        if mode == "cuda":
+            parts.insert(6, "from tests.codegen.cuda_emulation.gpu import gpu, pytestmark  # noqa: F401")
+            bounds_args += ", device=gpu"
+        fixture = ", ".join(["gpu"] * (mode == "cuda") + ["monkeypatch"] * checked)
         parts.append(_FORWARD_TEST.format(
-            fixture="monkeypatch" if mode == "bounds" else "", tolerances=",\n    ".join(tolerances),
+            fixture=fixture, tolerances=",\n    ".join(tolerances),
             args=f"lazy={mode != 'eager'}, together={bool(prog.together)}{bounds_args}"))
     return "\n".join(parts)
 

@@ -7,15 +7,16 @@ from needle import config
 
 
 def check_forward(inputs, needle_program, numpy_program, checks, lazy=True, together=False,
-                  bounds_check=False, monkeypatch=None):
+                  bounds_check=False, monkeypatch=None, device=None):
     """`checks` holds (variable, absolute tolerance per value, values to skip) per output;
-    nan must meet nan and inf the same inf."""
+    nan must meet nan and inf the same inf.  `device`: the `gpu` fixture runs the program
+    on cuda() (the emulator without a GPU), else it runs on cpu()."""
     if bounds_check:
         monkeypatch.setattr(config, "BOUNDS_CHECK", True)
     x = inputs()
     want = numpy_program(x)
     with ndl.lazy(lazy):
-        outs, _ = needle_program(x, ndl.cpu())
+        outs, _ = needle_program(x, ndl.cuda() if device is not None else ndl.cpu())
         if together:
             ndl.realize(*outs)  # all outputs in one schedule
         got = [o.numpy() for o in outs]
