@@ -235,13 +235,21 @@ class Buf:
 
 @dataclass
 class Kernel:
+    """A kernel and what running it needs: the schedule slot bound to each of `bufs`,
+    the run-time scalar slot of each parameter and, for CUDA, the launch shape
+    (threads per block, a constant of the code; blocks wanted, which the runtime may
+    cap: every mapping is grid-stride) and the name of the mapping (for dumps)."""
     name: str
     bufs: list                # [Buf]
     n_params: int
     body: list
     parallel: Optional[Tuple[str, int]] = None   # (var, extent) of the split loop
     work: int = 0             # elements touched, to decide threading
-    meta: dict = field(default_factory=dict)
+    slots: list = field(default_factory=list)    # schedule slot of each buf
+    params: list = field(default_factory=list)   # scalar slot of each parameter
+    block: int = 0            # CUDA: threads per block (0: not a CUDA kernel)
+    grid: int = 0             # CUDA: blocks wanted
+    mapping: str = ""         # CUDA: how loops map onto the grid ("rows", "tiles 64x64x16, ...")
 
     def text(self) -> str:
         return print_kernel(self)

@@ -1,9 +1,10 @@
 """CUDA lowering: one fused group -> kernels in the shared kernel IR, shaped for a GPU.
 
 The CPU `Lowering` already knows how to read any node at any index (views, masks,
-fused producers, reduction stages, the matmul epilogue); this pass only decides
-how the work maps onto the grid, so the index math the GPU runs is the one the
-CPU tests exercise:
+fused producers), what a reduction computes (domain index, stage accumulation, root
+stores), how a matmul's epilogue is indexed and how a flat index unravels; this
+pass only decides how the loops map onto blocks and threads, so the index math the
+GPU runs is the one the CPU tests exercise:
 
 - elementwise, fill, piece and copy groups: the CPU loop nest flattened into one
   grid-stride loop (kind "parallel"), one thread per element; the flat index is
@@ -26,18 +27,19 @@ CPU tests exercise:
   accumulating a TM x TN register block; the epilogue is applied on store.  One
   block per output tile, the batch folded into the block index.
 
-Launch shape goes into `kernel.meta`: "block" (threads per block, a compile-time
-constant of the code) and "grid" (blocks wanted).  Every mapping is grid-stride,
-so the runtime may cap the grid and stay correct.
+The launch shape goes into the kernel's `block` (threads per block, a compile-time
+constant of the code) and `grid` (blocks wanted), the mapping's name into `mapping`.
+Every mapping is grid-stride, so the runtime may cap the grid and stay correct.
 """
 from __future__ import annotations
 
 import math
 
 from ..codegen import kernel_ir as K
-from .lowering import identity, linear, nest_loops
+from .kernel_exprs import unravel, unravel_lets
+from .lowering import combine, domain_index, identity, linear, nest_loops, reduce_loops
+from .matmul_tiling import epilogue_index, naive
 from .views import View
-from .matmul_tiling import epilogue_index
 
 BLOCK = 256             # threads per block for every kernel
 WARP = 32
@@ -50,7 +52,7 @@ SPLIT_MIN = 1 << 15     # a reduced extent at least this long, with few outputs,
 SPLIT_OUTPUTS = 64      # "few outputs"
 SPLIT_CHUNK = 4096      # reduced elements per block in the first kernel of a split
 
-TID, BID = K.Special("tid"), K.Special("bid")
+TID = K.Special("tid")
 
 
 def lower(group, make_lowering, new_scratch) -> list:
@@ -71,37 +73,28 @@ def grid_stride(kernel: K.Kernel) -> K.Kernel:
         loops.append((inner[0].var, inner[0].extent))
         inner = inner[0].body
     total = math.prod(n for _, n in loops)
+    # no loop at all (a scalar) lands in flat_loop's one iteration, run by thread 0
+    kernel.body, kernel.parallel = [flat_loop("gi", loops or [("gi", 1)], inner, "parallel")], None
+    return _launch(kernel, BLOCK, -(-total // BLOCK), "grid-stride")
+
+
+def flat_loop(var, loops, body, kind) -> K.Loop:
+    """One loop of `kind` over the flat extent of a row-major nest of `loops`, unravelling
+    into their variables."""
     if len(loops) == 1:
-        body = [K.Loop(loops[0][0], total, inner, "parallel")]
-    else:  # no loop at all (a scalar) also lands here: one iteration, run by thread 0
-        body = [K.Loop("gi", total, unravel(K.Var("gi"), loops) + inner, "parallel")]
-    kernel.body, kernel.parallel = body, None
-    return _launch(kernel, BLOCK, -(-total // BLOCK))
+        return K.Loop(loops[0][0], loops[0][1], body, kind)
+    return K.Loop(var, math.prod(n for _, n in loops), unravel_lets(K.Var(var), loops) + body, kind)
 
 
-def unravel(flat, dims) -> list:
-    """Lets binding each (var, extent) of a row-major nest from the flat index."""
-    lets, stride = [], 1
-    for var, n in reversed(dims):
-        value = flat if stride == 1 else K.Binary("idiv", flat, K.Const(stride), K.INDEX)
-        if var != dims[0][0]:
-            value = K.Binary("imod", value, K.Const(n), K.INDEX)
-        lets.append(K.Let(var, value))
-        stride *= n
-    return list(reversed(lets))
-
-
-def _launch(kernel: K.Kernel, block: int, grid: int) -> K.Kernel:
-    kernel.meta["block"] = block
-    kernel.meta["grid"] = max(1, grid)
+def _launch(kernel: K.Kernel, block: int, grid: int, mapping: str) -> K.Kernel:
+    kernel.block, kernel.grid, kernel.mapping = block, max(1, grid), mapping
     return kernel
 
 
 # ---- reductions ----------------------------------------------------------------------------
 def reduce(group, make_lowering, new_scratch) -> list:
     full, axes = group.domain, group.reduce_axes
-    kept = [(f"k{d}", n) for d, n in enumerate(full) if d not in axes and n != 1]
-    red = [(f"r{d}", n) for d, n in enumerate(full) if d in axes and n != 1]
+    kept, red = reduce_loops(group)
     n_out, n_red = math.prod(n for _, n in kept), math.prod(n for _, n in red)
     real = [d for d, n in enumerate(full) if n != 1]
     along_kept = bool(real) and real[-1] not in axes
@@ -114,58 +107,19 @@ def reduce(group, make_lowering, new_scratch) -> list:
     return [rows(low, kept, red)]
 
 
-def _index(group) -> tuple:
-    """The domain index: k<d> for kept dims, r<d> for reduced ones, 0 for size 1."""
-    full, axes = group.domain, group.reduce_axes
-    return tuple(K.Const(0) if n == 1 else K.Var(("r" if d in axes else "k") + str(d)) for d, n in enumerate(full))
-
-
-def _combine(op, acc, value, dtype):
-    return K.Binary("add" if op == "reduce_sum" else "max", acc, value, dtype)
-
-
-def _flat_loop(var, dims, body, kind):
-    """One loop of `kind` over the flat extent of `dims`, unraveling into their vars."""
-    if len(dims) == 1:
-        return K.Loop(dims[0][0], dims[0][1], body, kind)
-    return K.Loop(var, math.prod(n for _, n in dims), unravel(K.Var(var), dims) + body, kind)
-
-
-def _stores(low, group, kept, index, value_of_store, thread_loop):
-    """The statements storing the group's root: the reduction itself, the broadcast-back
-    pass over the reduced axes, or the epilogue over the kept axes."""
-    full, axes = group.domain, group.reduce_axes
-    out = low.buffer(low.slot_of(group.root), group.root.dtype, "out")
-    if id(group.root) in low.accs:
-        root_index = tuple(K.Const(0) if d in axes or n == 1 else K.Var(f"k{d}") for d, n in enumerate(full))
-        return value_of_store([K.Store(out, linear(root_index, View.contiguous(group.root.shape).strides, 0),
-                                       low.accs[id(group.root)])])
-    if not group.epilogue():
-        store = K.Store(out, linear(index, View.contiguous(full).strides, 0), low.gen(group.root, index))
-        return thread_loop([store])
-    kept_vars = iter(K.Var(v) for v, _ in kept)
-    root_index = tuple(K.Const(0) if n == 1 else next(kept_vars) for n in group.root.shape)
-    return value_of_store([K.Store(out, linear(root_index, View.contiguous(group.root.shape).strides, 0),
-                                   low.gen(group.root, root_index))])
-
-
 def columns(low, kept, red) -> K.Kernel:
-    """One thread per kept index; serial loops over the reduced axes."""
+    """One thread per kept index; serial loops over the reduced axes (the CPU's nest)."""
     g = low.group
-    index = _index(g)
+    index = domain_index(g)
+
+    def over_reduced(body):
+        return nest_loops(red, body)
     body = []
     for stage in g.stages:
-        acc = f"acc{len(low.accs)}"
-        body.append(K.Declare(acc, stage.dtype, K.Const(identity(stage.op, stage.dtype), stage.dtype)))
-        value = low.gen(stage.srcs[0], index)
-        body.extend(nest_loops(red, [K.Assign(acc, _combine(stage.op, K.Var(acc, stage.dtype), value, stage.dtype))]))
-        low.accs[id(stage)] = K.Var(acc, stage.dtype)
-    body += _stores(low, g, kept, index, lambda s: s, lambda s: nest_loops(red, s))
-    n_out = math.prod(n for _, n in kept)
-    kernel = low.kernel([_flat_loop("o", kept or [("o", 1)], body, "parallel")], None,
-                        work=math.prod(g.domain))
-    kernel.meta["mapping"] = "columns"
-    return _launch(kernel, BLOCK, -(-n_out // BLOCK))
+        body += low.accumulate(stage, index, over_reduced)
+    body += low.store_root(index, kept, lambda s: s, over_reduced)
+    kernel = low.kernel([flat_loop("o", kept or [("o", 1)], body, "parallel")], None, work=math.prod(g.domain))
+    return _launch(kernel, BLOCK, -(-math.prod(n for _, n in kept) // BLOCK), "columns")
 
 
 def allreduce(acc: str, op: str, dtype: str, shared: str) -> list:
@@ -177,7 +131,7 @@ def allreduce(acc: str, op: str, dtype: str, shared: str) -> list:
     warps = BLOCK // WARP
 
     def butterfly():
-        return [K.Assign(acc, _combine(op, var, K.Shuffle(var, m, dtype), dtype))
+        return [K.Assign(acc, combine(op, var, K.Shuffle(var, m, dtype), dtype))
                 for m in (16, 8, 4, 2, 1)]
 
     slot = K.Load(shared, K.Binary("min", lane, K.Const(warps - 1), K.INDEX), dtype)
@@ -191,29 +145,25 @@ def allreduce(acc: str, op: str, dtype: str, shared: str) -> list:
 
 
 def rows(low, kept, red, source=None) -> K.Kernel:
-    """One block per kept index.  `source(stage, index)` overrides what a stage reads
-    (the split's second kernel reads partial results)."""
+    """One block per kept index, its threads over the reduced indices, an all-reduce after
+    each stage.  `source(stage, index)` overrides what a stage reads (the split's second
+    kernel reads partial results)."""
     g = low.group
-    index = _index(g)
+    index = domain_index(g)
+
+    def over_reduced(body):
+        return [flat_loop("r", red or [("r", 1)], body, "thread")]
     decls, body = [], []
     for stage in g.stages:
-        n = len(low.accs)
-        acc, shared = f"acc{n}", f"red{n}"
+        shared = f"red{len(low.accs)}"
         decls.append(K.LocalArray(shared, stage.dtype, BLOCK // WARP, "shared"))
-        body.append(K.Declare(acc, stage.dtype, K.Const(identity(stage.op, stage.dtype), stage.dtype)))
-        value = source(stage, index) if source else low.gen(stage.srcs[0], index)
-        update = K.Assign(acc, _combine(stage.op, K.Var(acc, stage.dtype), value, stage.dtype))
-        body.append(_flat_loop("r", red or [("r", 1)], [update], "thread"))
-        body += allreduce(acc, stage.op, stage.dtype, shared)
-        low.accs[id(stage)] = K.Var(acc, stage.dtype)
+        body += low.accumulate(stage, index, over_reduced, source(stage, index) if source else None)
+        body += allreduce(low.accs[id(stage)].name, stage.op, stage.dtype, shared)
     first = K.Binary("eq", TID, K.Const(0), "bool")
-    body += _stores(low, g, kept, index, lambda s: [K.If(first, s)],
-                    lambda s: [_flat_loop("r", red or [("r", 1)], s, "thread")])
-    n_out = math.prod(n for _, n in kept)
-    kernel = low.kernel(decls + [_flat_loop("o", kept or [("o", 1)], body, "block")], None,
+    body += low.store_root(index, kept, lambda s: [K.If(first, s)], over_reduced)
+    kernel = low.kernel(decls + [flat_loop("o", kept or [("o", 1)], body, "block")], None,
                         work=math.prod(g.domain))
-    kernel.meta["mapping"] = "rows"
-    return _launch(kernel, BLOCK, n_out)
+    return _launch(kernel, BLOCK, math.prod(n for _, n in kept), "rows")
 
 
 def split_reduce(group, make_lowering, new_scratch, kept, red) -> list:
@@ -225,36 +175,30 @@ def split_reduce(group, make_lowering, new_scratch, kept, red) -> list:
     scratch = new_scratch(n_out * chunks, stage.dtype)
     # kernel 1: block q = (o, s); threads over the chunk's reduced indices
     low = make_lowering()
-    index = _index(group)
-    acc, dtype = "acc0", stage.dtype
-    part = low.buffer(scratch, dtype, "out")
+    part = low.buffer(scratch, stage.dtype, "out")
     o, s, r = K.Var("o"), K.Var("s"), K.Var("r")
-    value = low.gen(stage.srcs[0], index)
     within = K.Binary("lt", r, K.Const(n_red), "bool")
-    inner = unravel(r, red) if len(red) > 1 else [K.Let(red[0][0], r)]
-    update = [K.If(within, inner + [K.Assign(acc, _combine(stage.op, K.Var(acc, dtype), value, dtype))])]
-    body = unravel(o, kept) if kept else []
-    body += [K.Declare(acc, dtype, K.Const(identity(stage.op, dtype), dtype)),
-             K.Loop("rc", SPLIT_CHUNK, [K.Let("r", K.affine([(s, SPLIT_CHUNK), (K.Var("rc"), 1)]))] + update,
-                    "thread")]
-    body += allreduce(acc, stage.op, dtype, "red0")
-    body.append(K.If(K.Binary("eq", TID, K.Const(0), "bool"),
-                     [K.Store(part, K.affine([(o, chunks), (s, 1)]), K.Var(acc, dtype))]))
-    q = K.Var("q")
-    loop = K.Loop("q", n_out * chunks, [K.Let("o", K.Binary("idiv", q, K.Const(chunks), K.INDEX)),
-                                        K.Let("s", K.Binary("imod", q, K.Const(chunks), K.INDEX))] + body, "block")
-    first = low.kernel([K.LocalArray("red0", dtype, BLOCK // WARP, "shared"), loop], None, work=math.prod(group.domain))
-    first.meta["mapping"] = "split"
-    _launch(first, BLOCK, n_out * chunks)
+
+    def over_chunk(update):
+        return [K.Loop("rc", SPLIT_CHUNK, [K.Let("r", K.affine([(s, SPLIT_CHUNK), (K.Var("rc"), 1)])),
+                                           K.If(within, unravel_lets(r, red) + update)], "thread")]
+    body = unravel_lets(o, kept) + low.accumulate(stage, domain_index(group), over_chunk)
+    acc = low.accs[id(stage)]
+    body += allreduce(acc.name, stage.op, stage.dtype, "red0")
+    body.append(K.If(K.Binary("eq", TID, K.Const(0), "bool"), [K.Store(part, K.affine([(o, chunks), (s, 1)]), acc)]))
+    loop = K.Loop("q", n_out * chunks, unravel_lets(K.Var("q"), [("o", n_out), ("s", chunks)]) + body, "block")
+    first = low.kernel([K.LocalArray("red0", stage.dtype, BLOCK // WARP, "shared"), loop], None,
+                       work=math.prod(group.domain))
+    _launch(first, BLOCK, n_out * chunks, "split")
     # kernel 2: rows over the partials
     low2 = make_lowering()
-    partials = low2.buffer(scratch, dtype, "in")
-    flat_out = linear(tuple(K.Var(v) for v, _ in kept), [math.prod(n for _, n in kept[i + 1:]) for i in range(len(kept))], 0)
+    partials = low2.buffer(scratch, stage.dtype, "in")
+    flat_out = linear(tuple(K.Var(v) for v, _ in kept), View.contiguous([n for _, n in kept]).strides, 0)
 
     def source(st, _index):
-        return K.Load(partials, K.affine([(flat_out, chunks), (K.Var("c"), 1)]), dtype)
+        return K.Load(partials, K.affine([(flat_out, chunks), (K.Var("c"), 1)]), stage.dtype)
     second = rows(low2, kept, [("c", chunks)], source)
-    second.meta["mapping"] = "split-rows"
+    second.mapping = "split-rows"
     return [first, second]
 
 
@@ -276,7 +220,7 @@ def matmul(low) -> K.Kernel:
     q, t, bt = K.Var("q"), K.Var("t"), K.Var("bt")
     m0, n0, k0 = K.Var("m0"), K.Var("n0"), K.Var("k0")
     tx, ty = K.Var("tx"), K.Var("ty")
-    bidx = batch_index(bt, batch)
+    bidx = unravel(bt, batch)
 
     def lt(x, n):
         return K.Binary("lt", x, K.Const(n), "bool")
@@ -329,8 +273,7 @@ def matmul(low) -> K.Kernel:
         K.Let("row", K.affine([(m0, 1), (ty, 1), (i, TY)])),
         K.Let("col", K.affine([(n0, 1), (tx, 1), (j, TX)])), store], "unroll")], "unroll")
     zero = K.Loop("i", TM * TN, [K.Store("acc", i, K.Const(0, dtype))], "unroll")
-    tile = [K.Let("bt", K.Binary("idiv", q, K.Const(per_batch), K.INDEX)),
-            K.Let("t", K.Binary("imod", q, K.Const(per_batch), K.INDEX)),
+    tile = unravel_lets(q, [("bt", BT), ("t", per_batch)]) + [
             K.Let("m0", K.Binary("mul", K.Binary("idiv", t, K.Const(tiles_n), K.INDEX), K.Const(BM), K.INDEX)),
             K.Let("n0", K.Binary("mul", K.Binary("imod", t, K.Const(tiles_n), K.INDEX), K.Const(BN), K.INDEX)),
             zero, k_loop, write]
@@ -340,20 +283,9 @@ def matmul(low) -> K.Kernel:
             K.Let("ty", K.Binary("idiv", TID, K.Const(TX), K.INDEX)),
             K.Loop("q", BT * per_batch, tile, "block")]
     kernel = low.kernel(body, None, work=2 * BT * M * N * KD)
-    kernel.meta["mapping"] = f"tiles {BM}x{BN}x{BK}, {TM}x{TN} per thread"
-    return _launch(kernel, threads, BT * per_batch)
-
-
-def batch_index(bt, batch) -> tuple:
-    """The flat batch number as one index per batch dim."""
-    out, rest = [], bt
-    for n in reversed(batch):
-        out.append(K.Const(0) if n == 1 else K.Binary("imod", rest, K.Const(n), K.INDEX))
-        rest = K.Binary("idiv", rest, K.Const(n), K.INDEX)
-    return tuple(reversed(out))
+    return _launch(kernel, threads, BT * per_batch, f"tiles {BM}x{BN}x{BK}, {TM}x{TN} per thread")
 
 
 def naive_matmul(low) -> K.Kernel:
     """Small matmuls: the CPU's plain loop nest, one thread per output element."""
-    from .matmul_tiling import naive
     return grid_stride(naive(low))

@@ -50,3 +50,44 @@ def replace(e, part, new):
     if isinstance(e, K.Where):
         return K.Where(replace(e.cond, part, new), replace(e.a, part, new), replace(e.b, part, new), e.dtype)
     return e
+
+
+def unravel(flat, shape) -> tuple:
+    """Row-major indices of `flat` over `shape`, each `flat // stride % n` (independent
+    of the others: no chain of divisions), without the mod for the outermost dim and
+    0 for size-1 dims: the one unravelling of every lowering."""
+    out, stride = [], 1
+    for d in range(len(shape) - 1, -1, -1):
+        n = shape[d]
+        index = K.idiv(flat, stride)
+        out.append(K.Const(0) if n == 1 else index if d == 0 else K.imod(index, n))
+        stride *= n
+    return tuple(reversed(out))
+
+
+def unravel_lets(flat, loops) -> list:
+    """Lets binding the variable of each (var, extent) of a row-major loop nest from `flat`."""
+    return [K.Let(var, e) for (var, _), e in zip(loops, unravel(flat, [n for _, n in loops]))]
+
+
+def power(x, exponent, dtype: str):
+    """x ** c for the constants numpy computes without pow, the way it does (x ** 0.5 is
+    sqrt: sqrt(-inf) = nan where pow gives inf), each with one rounding so exact to half
+    an ulp; float32's 3, -2 and -0.5 would take two roundings, so they stay pow (each
+    renderer's pow is correctly rounded or close to it)."""
+    if not is_float(dtype) or not isinstance(exponent, K.Const):
+        return K.Binary("pow", x, exponent, dtype)
+    c, one = float(exponent.value), K.Const(1.0, dtype)
+    if c == 1:
+        return x
+    if c == 2:
+        return K.Binary("mul", x, x, dtype)
+    if c == 0.5:
+        return K.Unary("sqrt", x, dtype)
+    if c == -1:
+        return K.Binary("div", one, x, dtype)
+    if dtype == "float64" and c in (3, -2, -0.5):
+        if c == 3:
+            return K.Binary("mul", K.Binary("mul", x, x, dtype), x, dtype)
+        return K.Binary("div", one, K.Binary("mul", x, x, dtype) if c == -2 else K.Unary("sqrt", x, dtype), dtype)
+    return K.Binary("pow", x, exponent, dtype)

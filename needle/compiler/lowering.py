@@ -7,6 +7,11 @@ Elementwise kernels first merge adjacent loop dimensions wherever every view
 loop.  Reductions loop over the kept axes outside and the reduced axes inside;
 each fused stage leaves its result in an accumulator that later stages and the
 stored expression read.  Matmul kernels are produced by `matmul_tiling`.
+
+What a reduction computes (the domain index, each stage's accumulation, the stores
+of the root) is written once here as Lowering methods that take the loops as
+callbacks; the CPU nests plain loops around them, the CUDA lowering
+(cuda_lowering.py) maps the same statements onto blocks and threads.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import math
 from ..codegen import kernel_ir as K
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
-from .kernel_exprs import contains, costly, is_float, replace
+from .kernel_exprs import contains, costly, is_float, power, replace
 from .views import View
 
 
@@ -56,10 +61,8 @@ class Lowering:
         return p if dtype == "float64" else K.Cast(p, dtype)
 
     def kernel(self, body, parallel, work: int, name: str = "") -> K.Kernel:
-        kernel = K.Kernel(name or self.group.name, self.bufs, len(self.params), body, parallel, work)
-        kernel.meta["slots"] = list(self.buf_slots)
-        kernel.meta["params"] = list(self.params)
-        return kernel
+        return K.Kernel(name or self.group.name, self.bufs, len(self.params), body, parallel, work,
+                        slots=list(self.buf_slots), params=list(self.params))
 
     # ---- expressions --------------------------------------------------------------------
     def gen(self, node, index: tuple):
@@ -87,6 +90,8 @@ class Lowering:
             return K.Unary(op, self.gen(node.srcs[0], index), dtype)
         if op in BINARY:
             a, b = (self.gen(s, index) for s in node.srcs)
+            if op == "pow":
+                return power(a, b, dtype)
             return K.Binary(op, a, b, "bool" if op in COMPARE else dtype)
         if op == "where":
             c, a, b = (self.gen(s, index) for s in node.srcs)
@@ -164,50 +169,63 @@ class Lowering:
 
     def reduce(self) -> K.Kernel:
         g = self.group
-        full, axes = g.domain, g.reduce_axes
         if self._columns_pay():
             return self.reduce_columns()
-        index = tuple(K.Const(0) if n == 1 else K.Var(("r" if d in axes else "k") + str(d))
-                      for d, n in enumerate(full))
-        outer = [(f"k{d}", n) for d, n in enumerate(full) if d not in axes and n != 1]
-        inner = [(f"r{d}", n) for d, n in enumerate(full) if d in axes and n != 1]
-        body = []
+        index, (kept, red) = domain_index(g), reduce_loops(g)
+
+        def over_reduced(body):
+            return nest_loops(red, body)
+        body, last_pass = [], 0
         for stage in g.stages:
-            acc = f"acc{len(self.accs)}"
-            body.append(K.Declare(acc, stage.dtype, K.Const(identity(stage.op, stage.dtype), stage.dtype)))
-            value = self.gen(stage.srcs[0], index)
-            last_pass = len(body)
-            body.extend(nest_loops(inner, [K.Assign(acc, self.combine(stage, acc, value))]))
-            self.accs[id(stage)] = K.Var(acc, stage.dtype)
+            last_pass = len(body) + 1  # after the accumulator's declaration
+            body += self.accumulate(stage, index, over_reduced)
+        result = None
+        if id(g.root) not in self.accs and not g.epilogue():
+            body[last_pass:], result = self._store_while_summing(body[last_pass:], index, red)
+        body += self.store_root(index, kept, lambda s: s, over_reduced, result)
+        return self.kernel(*nest(kept, body), work=math.prod(g.domain))
+
+    def accumulate(self, stage, index, over_reduced, value=None) -> list:
+        """acc = identity; `over_reduced`'s loops fold each value of the stage into acc
+        (`value`: what the stage reads, by default its source at the domain `index`).
+        Later stages and the root read the stage's result from acc."""
+        acc = f"acc{len(self.accs)}"
+        value = self.gen(stage.srcs[0], index) if value is None else value
+        update = K.Assign(acc, combine(stage.op, K.Var(acc, stage.dtype), value, stage.dtype))
+        body = [K.Declare(acc, stage.dtype, K.Const(identity(stage.op, stage.dtype), stage.dtype))]
+        body += over_reduced([update])
+        self.accs[id(stage)] = K.Var(acc, stage.dtype)
+        return body
+
+    def store_root(self, index, kept, once, over_reduced, result=None) -> list:
+        """The stores of the group's root after its stages: the reduction itself, or its
+        epilogue over the kept axes (`once` per kept index), or the broadcast back over
+        the reduced axes (`over_reduced`) of `result` (default: the root at `index`)."""
+        g = self.group
         out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
-        if id(g.root) in self.accs:  # the reduction itself is stored
-            root_index = tuple(K.Const(0) if d in axes or n == 1 else K.Var(f"k{d}") for d, n in enumerate(full))
-            body.append(K.Store(out, linear(root_index, View.contiguous(g.root.shape).strides, 0),
-                                self.accs[id(g.root)]))
-        elif not g.epilogue():  # broadcast back: one more pass over the reduced axes
-            at = linear(index, View.contiguous(full).strides, 0)
-            result = self.gen(g.root, index)
-            if value.dtype == g.root.dtype and is_float(value.dtype) and costly(value) and contains(result, value):
-                # softmax's exp(x - max): store it while summing, read it back (from L1) in the last
-                # pass instead of computing it twice; the output holds each value until overwritten
-                stage = g.stages[-1]
-                acc = self.accs[id(stage)].name
-                kept = K.Load(out, at, value.dtype)
-                body[last_pass:] = nest_loops(inner, [K.Store(out, at, value),
-                                                      K.Assign(acc, self.combine(stage, acc, kept))])
-                result = replace(result, value, kept)
-            body.extend(nest_loops(inner, [K.Store(out, at, result)]))
-        else:
-            kept = iter(K.Var(v) for v, _ in outer)
-            root_index = tuple(K.Const(0) if n == 1 else next(kept) for n in g.root.shape)
-            body.append(K.Store(out, linear(root_index, View.contiguous(g.root.shape).strides, 0),
-                                self.gen(g.root, root_index)))
-        return self.kernel(*nest(outer, body), work=math.prod(full))
+        if id(g.root) in self.accs or g.epilogue():
+            kept_vars = iter(K.Var(v) for v, _ in kept)
+            root_index = tuple(K.Const(0) if n == 1 else next(kept_vars) for n in g.root.shape)
+            value = self.accs.get(id(g.root)) or self.gen(g.root, root_index)
+            return once([K.Store(out, linear(root_index, View.contiguous(g.root.shape).strides, 0), value)])
+        result = self.gen(g.root, index) if result is None else result
+        return over_reduced([K.Store(out, linear(index, View.contiguous(g.domain).strides, 0), result)])
 
-
-    @staticmethod
-    def combine(stage, acc: str, value):
-        return K.Binary("add" if stage.op == "reduce_sum" else "max", K.Var(acc, stage.dtype), value, stage.dtype)
+    def _store_while_summing(self, last_pass, index, red):
+        """softmax's exp(x - max): store it while summing, read it back (from L1) in the
+        broadcast-back pass instead of computing it twice; the output holds each value
+        until overwritten.  (last pass, the root's value) with the rewrite, else as given."""
+        g = self.group
+        stage = g.stages[-1]
+        value, result = self.gen(stage.srcs[0], index), self.gen(g.root, index)
+        if not (value.dtype == g.root.dtype and is_float(value.dtype) and costly(value) and contains(result, value)):
+            return last_pass, None
+        out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
+        at = linear(index, View.contiguous(g.domain).strides, 0)
+        acc, kept = self.accs[id(stage)], K.Load(out, at, value.dtype)
+        loops = nest_loops(red, [K.Store(out, at, value),
+                                 K.Assign(acc.name, combine(stage.op, acc, kept, stage.dtype))])
+        return loops, replace(result, value, kept)
 
     def store_group(self) -> K.Kernel:
         """The kernel of an elementwise-shaped group: a plain elementwise root, an
@@ -259,24 +277,21 @@ class Lowering:
         loop over the last kept axis, contiguous); then out = epilogue(out)."""
         g = self.group
         full, axes, stage = g.domain, g.reduce_axes, g.stages[0]
-        last = len(full) - 1
-        outer = [(f"k{d}", n) for d, n in enumerate(full[:-1]) if d not in axes and n != 1]
-        inner = [(f"r{d}", n) for d, n in enumerate(full) if d in axes and n != 1]
+        kept, inner = reduce_loops(g)
+        outer = kept[:-1]  # the last axis is kept (_columns_pay): it becomes kb and ki
         block = COLUMN_BLOCK if not outer and full[-1] > COLUMN_BLOCK else full[-1]
         blocks = -(-full[-1] // block)
         kb, ki = K.Var("kb"), K.Var("ki")
         col = K.affine([(kb, block), (ki, 1)]) if blocks > 1 else ki
-        index = tuple(col if d == last else K.Const(0) if n == 1 else K.Var(("r" if d in axes else "k") + str(d))
-                      for d, n in enumerate(full))
+        index = domain_index(g)[:-1] + (col,)
         out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
         kept_index = tuple(K.Const(0) if d in axes else i for d, i in enumerate(index))
         at = linear(kept_index, View.contiguous(stage.shape).strides, 0)
         width = K.Binary("min", K.Const(block), K.affine([(kb, -block)], full[-1]), K.INDEX) if blocks > 1 else block
         current = K.Load(out, at, stage.dtype)
-        op = "add" if stage.op == "reduce_sum" else "max"
         body = [K.Loop("ki", width, [K.Store(out, at, K.Const(identity(stage.op, stage.dtype), stage.dtype))])]
-        body += self._column_passes(inner, index, stage, op, lambda value: [K.Loop("ki", width, [K.Store(
-            out, at, K.Binary(op, current, value, stage.dtype))])])
+        body += self._column_passes(inner, index, stage, lambda value: [K.Loop("ki", width, [K.Store(
+            out, at, combine(stage.op, current, value, stage.dtype))])])
         if g.root is not stage:
             self.accs[id(stage)] = current
             kept = iter([K.Var(v) for v, _ in outer] + [col])
@@ -286,7 +301,7 @@ class Lowering:
         return self.kernel(*nest(loops, body), work=math.prod(full))
 
 
-    def _column_passes(self, inner, index, stage, op, update) -> list:
+    def _column_passes(self, inner, index, stage, update) -> list:
         """The loops over the reduced axes; the innermost one takes ROWS_PER_PASS rows
         per pass (combined in registers, then into the output row once), so the
         output row is loaded and stored a quarter as often."""
@@ -300,7 +315,7 @@ class Lowering:
         rq = K.Var(var + "q")
         value = row(K.affine([(rq, ROWS_PER_PASS)]))
         for u in range(1, ROWS_PER_PASS):
-            value = K.Binary(op, value, row(K.affine([(rq, ROWS_PER_PASS)], u)), stage.dtype)
+            value = combine(stage.op, value, row(K.affine([(rq, ROWS_PER_PASS)], u)), stage.dtype)
         passes = [K.Loop(var + "q", n // ROWS_PER_PASS, update(value))]
         if whole < n:
             passes.append(K.Loop(var, n - whole, update(self.gen(stage.srcs[0], index)), start=whole))
@@ -314,6 +329,25 @@ COLUMN_BLOCK = 1024
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+def domain_index(group) -> tuple:
+    """A reduce group's index over its domain: k<d> for kept dims, r<d> for reduced ones,
+    0 for size-1 dims."""
+    return tuple(K.Const(0) if n == 1 else K.Var(("r" if d in group.reduce_axes else "k") + str(d))
+                 for d, n in enumerate(group.domain))
+
+
+def reduce_loops(group) -> tuple:
+    """(kept, reduced): the (var, extent) loops of a reduce group's kept and reduced dims."""
+    full, axes = group.domain, group.reduce_axes
+    return ([(f"k{d}", n) for d, n in enumerate(full) if d not in axes and n != 1],
+            [(f"r{d}", n) for d, n in enumerate(full) if d in axes and n != 1])
+
+
+def combine(op: str, acc, value, dtype: str):
+    """One step of a reduction: acc + value or max(acc, value)."""
+    return K.Binary("add" if op == "reduce_sum" else "max", acc, value, dtype)
+
+
 def identity(op: str, dtype: str):
     if op == "reduce_sum":
         return 0

@@ -22,6 +22,7 @@ import math
 
 from ..codegen import kernel_ir as K
 from ..dtypes import itemsize
+from .kernel_exprs import unravel
 from .lowering import Lowering, linear, nest
 from .views import View
 
@@ -98,7 +99,7 @@ class Tiling:
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""
-        return _unravel(bt, self.batch)
+        return unravel(bt, self.batch)
 
     def pack(self, operand, slot, panels, width, rows_first: bool) -> K.Kernel:
         """packed[q][kk][w] = operand at (row or col = panel * width + w, k = pc * KC + kk).
@@ -218,10 +219,10 @@ def epilogue_index(m, root, bt, i, j) -> tuple:
     be the matmul's result reshaped (conv's (N*Ho*Wo, O) read as (N, Ho, Wo, O))."""
     rows, cols = m.shape[-2], m.shape[-1]
     if root.shape == m.shape:
-        return _unravel(bt, m.shape[:-2]) + (i, j)
+        return unravel(bt, m.shape[:-2]) + (i, j)
     if root.shape and root.shape[-1] == cols:
-        return _unravel(K.affine([(bt, rows), (i, 1)]), root.shape[:-1]) + (j,)
-    return _unravel(K.affine([(bt, rows * cols), (i, cols), (j, 1)]), root.shape)
+        return unravel(K.affine([(bt, rows), (i, 1)]), root.shape[:-1]) + (j,)
+    return unravel(K.affine([(bt, rows * cols), (i, cols), (j, 1)]), root.shape)
 
 
 def _stride(index, var: str):
@@ -241,21 +242,6 @@ def _stride(index, var: str):
             return index.b.value * a
         return 0 if a == 0 and b == 0 else None
     return None
-
-
-def _unravel(flat, shape) -> tuple:
-    """Row-major indices of `flat` over `shape` (div/mod, only where needed)."""
-    out, rest = [], flat
-    for d in range(len(shape) - 1, -1, -1):
-        n = shape[d]
-        if n == 1:
-            out.append(K.Const(0))
-        elif d == 0:
-            out.append(rest)
-        else:
-            out.append(K.imod(rest, n))
-            rest = K.idiv(rest, n)
-    return tuple(reversed(out))
 
 
 def naive(low: Lowering) -> K.Kernel:

@@ -134,7 +134,7 @@ def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target) -> li
 
 
 def _call(kernel) -> Call:
-    return Call(kernel, kernel.meta["slots"], kernel.meta["params"])
+    return Call(kernel, kernel.slots, kernel.params)
 
 
 def _plan_temps(calls, temp_sizes, slot_kinds) -> list:

@@ -74,7 +74,7 @@ def _members_by_call(schedule, nodes, target):
             call = calls[i]
             out.append((group, members))
             i += 1
-            if call.kernel.name == group.name and call.kernel.meta.get("mapping") != "split":
+            if call.kernel.name == group.name and call.kernel.mapping != "split":
                 break
     out += [(None, [])] * (len(calls) - len(out))
     return out

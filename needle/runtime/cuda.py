@@ -180,7 +180,7 @@ class CompiledSchedule:
             fn.prepare("P" * (len(k.bufs) + 1 + (2 if self.check else 0)))
             self.functions.append(fn)
         cap = s["sms"] * 32
-        self.launch = [((max(1, min(k.meta["grid"], cap)), 1), (k.meta["block"], 1, 1)) for k in kernels]
+        self.launch = [((max(1, min(k.grid, cap)), 1), (k.block, 1, 1)) for k in kernels]
         self.outputs = [(slot, shape, dtype, math.prod(shape)) for slot, shape, dtype in schedule.outputs]
         self.temp_slots = [(slot, kind[1]) for slot, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
         offsets, n = [], 0

@@ -22,7 +22,6 @@ import pytest
 import needle as ndl
 from needle.codegen import cuda as cuda_codegen
 from needle.codegen import kernel_ir as K
-from needle.compiler import cuda_lowering
 from needle.compiler import schedule as scheduling
 from needle.errors import DeviceError
 from needle.ir import reference
@@ -125,7 +124,7 @@ def test_every_kernel_has_a_launch_shape_and_no_cpu_only_loops(planned):
     for _, schedule in planned.values():
         for c in schedule.calls:
             k = c.kernel
-            assert k.meta["block"] % 32 == 0 and k.meta["grid"] >= 1
+            assert k.block % 32 == 0 and k.grid >= 1
             stack = list(k.body)
             while stack:
                 s = stack.pop()
@@ -137,7 +136,7 @@ def test_every_kernel_has_a_launch_shape_and_no_cpu_only_loops(planned):
 
 
 def _mappings(planned, name):
-    return [c.kernel.meta.get("mapping", "grid-stride") for c in planned[name][1].calls]
+    return [c.kernel.mapping for c in planned[name][1].calls]
 
 
 def test_reduction_mappings(planned):
@@ -151,8 +150,8 @@ def test_reduction_mappings(planned):
 def test_matmul_tiles_and_epilogue(planned):
     small = planned["matmul_small_tile_ragged_epilogue"][1]
     assert len(small.calls) == 1  # bias + relu fused on store
-    assert small.calls[0].kernel.meta["mapping"].startswith("tiles 64x64x16")
-    assert planned["matmul_large_tile"][1].calls[0].kernel.meta["mapping"].startswith("tiles 128x128x8")
+    assert small.calls[0].kernel.mapping.startswith("tiles 64x64x16")
+    assert planned["matmul_large_tile"][1].calls[0].kernel.mapping.startswith("tiles 128x128x8")
     assert any(m.startswith("grid-stride") for m in _mappings(planned, "matmul_dtypes"))
 
 
@@ -161,7 +160,7 @@ def test_cpu_lowering_unchanged_by_the_cuda_target():
     y = ndl.ops.logsumexp(x, axes=(1,))
     from needle.ir.printer import output_nodes
     cpu, _ = scheduling.plan(output_nodes([y]), target="cpu")
-    assert all("meta" in vars(c.kernel) and "block" not in c.kernel.meta for c in cpu.calls)
+    assert all(c.kernel.block == 0 and c.kernel.grid == 0 and not c.kernel.mapping for c in cpu.calls)
     assert "Special" not in repr(cpu.calls[0].kernel.body) and "Shuffle" not in repr(cpu.calls[0].kernel.body)
 
 
@@ -174,10 +173,14 @@ def test_literals_are_exact():
 
 
 def test_grid_stride_unravel_matches_numpy():
+    from needle.compiler.kernel_exprs import unravel_lets
     dims = [("a", 3), ("b", 5), ("c", 7)]
-    lets = cuda_lowering.unravel(K.Var("g"), dims)
+    lets = unravel_lets(K.Var("g"), dims)
     assert [l.var for l in lets] == ["a", "b", "c"]
-    assert K.expr_str(lets[0].expr) == "(g // 35)" and K.expr_str(lets[2].expr) == "(g % 7)"
+    for g in range(3 * 5 * 7):
+        text = [K.expr_str(l.expr).replace("g", str(g)) for l in lets]
+        assert tuple(eval(t) for t in text) == np.unravel_index(g, (3, 5, 7))  # noqa: S307 (// and %: Python's)
+    assert K.expr_str(lets[0].expr) == "(g // 35)"  # no mod for the outermost dim
 
 
 # ---- availability (this machine has no GPU driver) ------------------------------------------------

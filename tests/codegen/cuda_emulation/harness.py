@@ -164,8 +164,7 @@ def run_schedule(module: Module, names, schedule, leaves, scalars, bounds_check:
         if bounds_check:
             lim = np.array([v for slot in call.slots for v in limits[slot]] or [0], dtype=np.int64)
             args += [lim.ctypes.data, err.ctypes.data]
-        grid = min(k.meta["grid"], grid_cap)
-        module.launch(name, args, grid, k.meta["block"], policy)
+        module.launch(name, args, min(k.grid, grid_cap), k.block, policy)
         if err[0]:
             raise AssertionError(f"kernel {name}: index out of bounds on buffer {k.bufs[err[0] - 1].name}")
     return [np.array(o) for o in outputs]
