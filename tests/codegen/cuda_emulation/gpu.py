@@ -7,7 +7,6 @@ import contextlib
 import pytest
 
 from needle import config
-from needle.engine import schedules
 
 from . import fake_pycuda, harness
 
@@ -31,14 +30,14 @@ def cuda_runtime():
         return
     saved, old = fake_pycuda.install(), dict(rt._state)
     rt._state.clear()
-    schedules.clear()
+    rt.clear_schedule_cache()
     rt._modules.clear()
     try:
         yield rt
     finally:
         rt._state.clear()
         rt._state.update(old)
-        schedules.clear()
+        rt.clear_schedule_cache()
         rt._modules.clear()
         rt.POOL.clear()
         fake_pycuda.uninstall(saved)
