@@ -67,7 +67,7 @@ def resnet9_figures(batch: int) -> None:
         loss = nn.SoftmaxLoss()(model(x), y)
         loss.backward()
         ndl.ir.visualize(loss, path=os.path.join(IMG, "resnet9_autograd.png"), stage="autograd", max_nodes=200)
-        ndl.runtime.forget_later()
+        ndl.engine.forget_later()
         for _ in range(2):
             mlp_step(model, opt, x, y).numpy()
         with ndl.profile() as p:

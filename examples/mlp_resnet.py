@@ -14,7 +14,7 @@ import numpy as np
 
 import needle as ndl
 import needle.nn as nn
-from needle.runtime import realize_later
+from needle.engine import realize_later
 
 
 def ResidualBlock(dim: int, hidden_dim: int, norm=nn.BatchNorm1d, drop_prob: float = 0.1) -> nn.Module:

@@ -12,8 +12,8 @@ from .init import ones, ones_like, zeros, zeros_like  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .realize import lazy, realize  # noqa: F401
 from .profiler import profile  # noqa: F401,E402
-from . import data, ir, nn, optim, runtime  # noqa: F401,E402
+from . import autograd_graph, data, ir, nn, optim, runtime  # noqa: F401,E402
 from .serialization import load, save  # noqa: F401,E402
-from .engine.jit import jit  # noqa: F401,E402
+from .captured.function import jit  # noqa: F401,E402
 
 __version__ = "0.1.0"

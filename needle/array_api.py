@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from .dtypes import np_dtype
-from .errors import ShapeError, fmt_shape, normalize_axes
+from .errors import ShapeError, fmt_shape
+from .shapes import normalize_axes
 
 
 def _np(a) -> bool:

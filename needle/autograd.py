@@ -204,13 +204,13 @@ def _outlives_step(value: "Value") -> "Value":
     the next schedule that runs, so that later steps start from a buffer instead of
     extending (and recomputing) this step's graph."""
     if LAZY_MODE:
-        from .runtime import realize_later
+        from .engine.realize import realize_later
         realize_later(value)
     return value
 
 
 def _realize(nodes) -> None:
-    from .runtime import realize_nodes
+    from .engine.realize import realize_nodes
     realize_nodes(nodes)
 
 

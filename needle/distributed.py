@@ -44,7 +44,7 @@ import numpy as np
 
 from .autograd import Tensor
 from .errors import ArgumentError, DTypeError, NeedleError, fmt_shape
-from .engine.jit import host_call
+from .captured.function import host_call
 from .realize import realize
 
 __all__ = ["DistributedError", "init", "is_initialized", "rank", "world_size", "barrier",

@@ -49,27 +49,3 @@ class BoundsError(NeedleError, IndexError):
 
 def fmt_shape(shape) -> str:
     return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def normalize_axes(op: str, axes, ndim: int, shape=None) -> tuple:
-    """Turn an int / sequence / None into a sorted tuple of non-negative axes,
-    raising AxisError that names `op` and the shape on a bad axis."""
-    if axes is None:
-        return tuple(range(ndim))
-    if isinstance(axes, (int,)) or hasattr(axes, "__index__"):
-        axes = (axes,)
-    elif isinstance(axes, (str, bytes)) or not hasattr(axes, "__iter__"):
-        raise AxisError(f"{op}: axes must be an int, a tuple of ints or None, got {axes!r}")
-    out = []
-    for ax in axes:
-        if not hasattr(ax, "__index__"):
-            raise AxisError(f"{op}: axis {ax!r} is not an integer")
-        a = int(ax)
-        if not -ndim <= a < ndim:
-            where = f" for shape {fmt_shape(shape)}" if shape is not None else f" for {ndim}-d input"
-            raise AxisError(f"{op}: axis {a} is out of range{where}")
-        a %= ndim
-        if a in out:
-            raise AxisError(f"{op}: axis {a} is repeated in {tuple(axes)}")
-        out.append(a)
-    return tuple(sorted(out))

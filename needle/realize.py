@@ -24,7 +24,7 @@ def realize(*tensors):
 
 def realize_values(values) -> None:
     """Realize the pending data of all `values` in one go."""
-    from .runtime import pending_nodes, realize_nodes
+    from .engine.realize import pending_nodes, realize_nodes
     pending = [n for v in values for n in pending_nodes(v)]
     if pending:
         realize_nodes(pending)

@@ -22,7 +22,7 @@ def _is_scalar(x) -> bool:
 def _check_sub(a, b) -> None:
     """`a - b` is built as add(a, negate(b)); bad shapes are still reported as `sub`."""
     if a.shape != b.shape:
-        from .backend_ndarray import broadcast_shapes
+        from .shapes import broadcast_shapes
         broadcast_shapes("sub", a.shape, b.shape)
 
 
@@ -155,7 +155,8 @@ class TensorMethods:
 
     def squeeze(self, axis=None):
         """Drop size-1 axes (all of them, or the given ones, which must have size 1)."""
-        from .errors import ShapeError, normalize_axes
+        from .errors import ShapeError
+        from .shapes import normalize_axes
         shape = self.shape
         axes = tuple(i for i, s in enumerate(shape) if s == 1) if axis is None else \
             normalize_axes("squeeze", axis, len(shape), shape)
@@ -165,7 +166,7 @@ class TensorMethods:
 
     def unsqueeze(self, axis):
         """A new size-1 axis at `axis` (negative counts from the end of the result)."""
-        from .errors import normalize_axes
+        from .shapes import normalize_axes
         shape = self.shape
         axis = normalize_axes("unsqueeze", axis, len(shape) + 1, shape)[0]
         return self.reshape(shape[:axis] + (1,) + shape[axis:])

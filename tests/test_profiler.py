@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle import runtime
+from needle import engine, runtime
+from needle.engine import schedules
 
 
 @pytest.fixture(autouse=True)
 def _no_leftover_work():
     """Other tests may leave losses registered for "the next schedule" (realize_later);
     launch counts here must be those of the code under test only."""
-    runtime.forget_later()
+    engine.forget_later()
     yield
 
 
@@ -144,11 +145,11 @@ def test_hooks_are_removed_and_profiles_do_not_nest():
     from needle.runtime import cpu
     new_before, make_before = build._new, ndl.autograd.Value.make_from_op.__func__
     with ndl.profile() as p:
-        assert cpu.KERNEL_TIMER is not None and "get" in cpu.SCHEDULES.__dict__
+        assert cpu.KERNEL_TIMER is not None and "get" in schedules.CACHES["cpu"].__dict__
         with pytest.raises(ndl.errors.NeedleError, match="already active"):
             with ndl.profile():
                 pass
-    assert cpu.KERNEL_TIMER is None and "get" not in cpu.SCHEDULES.__dict__ and build._new is new_before
+    assert cpu.KERNEL_TIMER is None and "get" not in schedules.CACHES["cpu"].__dict__ and build._new is new_before
     assert ndl.autograd.Value.make_from_op.__func__ is make_before
     with pytest.raises(ndl.errors.ArgumentError, match="sort_by"):
         p.table(sort_by="speed")

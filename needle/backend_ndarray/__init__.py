@@ -5,7 +5,8 @@ from ..array_api import (amax as max, broadcast_to, concatenate, exp, flip, log,
                          maximum, pad, permute, reshape, split, stack, summation, swapaxes, tanh, where)
 from ..dtypes import dtype_name
 from .devices import (Device, all_devices, cpu, cpu_numpy, cuda, default_device)  # noqa: F401
-from .ndarray import NDArray, broadcast_shapes, compact_strides, prod  # noqa: F401
+from ..shapes import broadcast_shapes, compact_strides, prod  # noqa: F401
+from .ndarray import NDArray  # noqa: F401
 
 BackendDevice = Device
 

@@ -1,9 +1,10 @@
 """Devices own storage and kernels; NDArray only keeps the strided metadata.
 
 - `cpu_numpy()`: storage is a flat numpy array, every op runs numpy (the reference).
-- `cpu()`: the same storage; ops run compiled kernels once the compiler is in
-  place (`needle.runtime`), numpy until then.
-- `cuda()`: storage on an NVIDIA GPU through PyCUDA (`needle.runtime.cuda`).
+- `cpu()`: the same storage; each op runs one compiled kernel (the engine's
+  eager executor, installed as `CompiledDevice.eager`).
+- `cuda()`: storage on an NVIDIA GPU through PyCUDA (`needle.runtime.cuda`,
+  installed as `CUDADevice.runtime`).
 """
 from __future__ import annotations
 
@@ -12,25 +13,13 @@ import numpy as np
 from ..dtypes import NAMES, np_dtype
 from . import numpy_kernels as K
 from .course_api import CourseKernels, as_buffer
+from . import ndarray
+from .device_identity import DeviceIdentity
 from .ndarray import NDArray
 
 
-class Device:
-    """Base class: identity, creation helpers shared by all devices."""
-
-    name = "device"
-
-    def __repr__(self) -> str:
-        return self.name + "()"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Device) and other.name == self.name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-    def enabled(self) -> bool:
-        return True
+class Device(DeviceIdentity):
+    """Base class of the devices: identity, creation helpers shared by all."""
 
     # creation helpers of the course framework; randomness comes from numpy's global RNG
     def randn(self, *shape, dtype="float32") -> NDArray:
@@ -134,77 +123,64 @@ class CPUNumpyDevice(HostDevice):
     name = "cpu_numpy"
 
 
-class CPUDevice(HostDevice):
-    """The compiled CPU device: each primitive runs as one compiled kernel (eager
-    mode), built from a one-node graph by the same compiler that fuses lazy graphs.
-    Storage, copies into views and fills stay plain host memory operations."""
+class CompiledDevice:
+    """Primitives as compiled kernels, one per op (eager mode), built by the same
+    compiler that fuses lazy graphs.  Storage knows nothing of the IR: the engine
+    installs `eager` (needle.engine.eager), which builds each primitive's one-node
+    graph and computes it."""
 
-    name = "cpu"
-
-    def _kernel(self, build_node, *arrays) -> NDArray:
-        from ..runtime import eager
-        return eager.run(self, build_node, arrays)
+    eager = None
 
     def copy(self, a):
-        return self._kernel(lambda x: _build().copy(x), a)
+        return self.eager.copy(a)
 
     def cast(self, a, dtype):
-        return self._kernel(lambda x: _build().cast(x, dtype) if dtype != a.dtype else _build().copy(x), a)
+        return self.eager.cast(a, dtype)
 
     def unary(self, op, a):
-        return self._kernel(lambda x: _build().elementwise(op, x), a)
+        return self.eager.unary(op, a)
 
     def binary(self, op, a, b):
-        return self._kernel(lambda x, y: _build().elementwise(op, x, y), a, b)
+        return self.eager.binary(op, a, b)
 
     def binary_scalar(self, op, a, scalar, reverse):
-        def node(x):
-            # a power's exponent is part of the program, as in lazy mode (x ** 0.5 is sqrt)
-            make = _build().const if op == "pow" and not reverse else _build().param
-            s = make(scalar, x.shape, x.dtype, x.device)
-            return _build().elementwise(op, s, x) if reverse else _build().elementwise(op, x, s)
-        return self._kernel(node, a)
+        return self.eager.binary_scalar(op, a, scalar, reverse)
 
     def where(self, cond, a, b):
-        def node(c, x, y):
-            if c.dtype != "bool":
-                c = _build().elementwise("ne", c, _build().const(0, c.shape, c.dtype, c.device))
-            return _build().elementwise("where", c, x, y)
-        return self._kernel(node, cond, a, b)
+        return self.eager.where(cond, a, b)
 
     def reduce(self, op, a, axes):
-        return self._kernel(lambda x: _build().reduce("reduce_" + op, x, axes) if axes else _build().copy(x), a)
+        return self.eager.reduce(op, a, axes)
 
     def matmul(self, a, b, out=None, m=None, n=None, p=None):
         if out is not None:  # the course's matmul(a, b, out, m, n, p) on handles
             return self.course_matmul(a, b, out, m, n, p)
-        return self._kernel(lambda x, y: _build().matmul(x, y), a, b)
+        return self.eager.matmul(a, b)
 
 
-def _build():
-    from ..ir import build
-    return build
+class CPUDevice(CompiledDevice, HostDevice):
+    """The compiled CPU device: host storage (copies into views and fills stay
+    plain host memory operations), each primitive one compiled kernel."""
+
+    name = "cpu"
 
 
-class CUDADevice(Device):
-    """NVIDIA GPU through PyCUDA: storage is device memory (`runtime.cuda.DeviceBuffer`),
-    every primitive runs as one generated CUDA kernel (eager mode) built by the same
-    compiler that fuses lazy graphs.  needle.runtime.cuda is imported lazily and
-    imports PyCUDA lazily, so `cuda()` exists, prints and answers `enabled()` on any
-    machine; touching its storage without PyCUDA, a driver or a GPU raises one
-    DeviceError that names the missing piece."""
+class CUDADevice(CompiledDevice, Device):
+    """NVIDIA GPU through PyCUDA: storage is device memory (a DeviceBuffer of the
+    CUDA runtime, which installs itself as `runtime`; it imports PyCUDA lazily, so
+    `cuda()` exists, prints and answers `enabled()` on any machine; touching its
+    storage without PyCUDA, a driver or a GPU raises one DeviceError that names the
+    missing piece); every primitive runs as one generated CUDA kernel."""
 
     name = "cuda"
+    runtime = None  # needle.runtime.cuda
 
-    @staticmethod
-    def _rt():
-        from ..runtime import cuda as cuda_runtime
-        cuda_runtime.require()
-        return cuda_runtime
+    def _rt(self):
+        self.runtime.require()
+        return self.runtime
 
     def enabled(self) -> bool:
-        from ..runtime import cuda as cuda_runtime
-        return cuda_runtime.available()[0]
+        return self.runtime.available()[0]
 
     # ---- storage ----------------------------------------------------------------------
     def alloc(self, size: int, dtype: str):
@@ -231,17 +207,6 @@ class CUDADevice(Device):
         result = np.asarray(result, dtype=np_dtype(dtype) if dtype else None)
         return NDArray(result, device=self, dtype=result.dtype.name)
 
-    # ---- primitives: the compiled kernels, exactly as on cpu() -------------------------
-    _kernel = CPUDevice._kernel
-    copy = CPUDevice.copy
-    cast = CPUDevice.cast
-    unary = CPUDevice.unary
-    binary = CPUDevice.binary
-    binary_scalar = CPUDevice.binary_scalar
-    where = CPUDevice.where
-    reduce = CPUDevice.reduce
-    matmul = CPUDevice.matmul
-
 
 _CPU_NUMPY = CPUNumpyDevice()
 _CPU = CPUDevice()
@@ -262,6 +227,9 @@ def cuda() -> CUDADevice:
 
 def default_device() -> Device:
     return _CPU
+
+
+ndarray.DEFAULT_DEVICE = _CPU
 
 
 def all_devices() -> list:

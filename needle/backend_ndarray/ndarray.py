@@ -14,70 +14,15 @@ import numpy as np
 
 from ..dtypes import DTYPES, check_elementwise, dtype_name, np_dtype, require_same
 from .course_api import as_buffer
+from .device_identity import DeviceIdentity
 from .operators import ArrayOperators
-from ..errors import (AxisError, DeviceError, DTypeError, IndexingError, NeedleError, ShapeError, fmt_shape,
-                      normalize_axes)
+from ..errors import AxisError, DeviceError, DTypeError, IndexingError, NeedleError, ShapeError, fmt_shape
+from ..shapes import (broadcast_shapes, compact_strides, infer_reshape, matmul_shapes, normalize_axes, prod,
+                      reshape_strides)
 
 
-def prod(xs) -> int:
-    return math.prod(xs)
-
-
-def compact_strides(shape) -> tuple:
-    stride, out = 1, []
-    for s in reversed(shape):
-        out.append(stride)
-        stride *= s
-    return tuple(reversed(out))
-
-
-def broadcast_shapes(op: str, *shapes) -> tuple:
-    """numpy's broadcasting rule, with an error that names the op and the shapes."""
-    ndim = max(len(s) for s in shapes)
-    out = []
-    for i in range(ndim):
-        dims = {s[i - ndim + len(s)] for s in shapes if i - ndim + len(s) >= 0} - {1}
-        if len(dims) > 1:
-            raise ShapeError(f"{op}: shapes {' and '.join(fmt_shape(s) for s in shapes)} "
-                             "cannot be broadcast together")
-        out.append(dims.pop() if dims else 1)
-    return tuple(out)
-
-
-def reshape_strides(shape, strides, new_shape):
-    """Strides that view (shape, strides) as new_shape without a copy, or None.
-
-    Groups of old and new dimensions with equal products are matched; a group can
-    be re-viewed when its old dimensions are contiguous with each other
-    (numpy's `_attempt_nocopy_reshape`).
-    """
-    if prod(shape) == 0:
-        return compact_strides(new_shape)
-    old = [(s, st) for s, st in zip(shape, strides) if s != 1]
-    old_dims, old_strides = [s for s, _ in old], [st for _, st in old]
-    new_strides = [0] * len(new_shape)
-    oi, oj, ni, nj = 0, 1, 0, 1
-    while ni < len(new_shape) and oi < len(old_dims):
-        np_, op_ = new_shape[ni], old_dims[oi]
-        while np_ != op_:
-            if np_ < op_:
-                np_ *= new_shape[nj]
-                nj += 1
-            else:
-                op_ *= old_dims[oj]
-                oj += 1
-        for k in range(oi, oj - 1):
-            if old_strides[k] != old_dims[k + 1] * old_strides[k + 1]:
-                return None
-        new_strides[nj - 1] = old_strides[oj - 1]
-        for k in range(nj - 1, ni, -1):
-            new_strides[k - 1] = new_strides[k] * new_shape[k]
-        ni, nj, oi, oj = nj, nj + 1, oj, oj + 1
-    # trailing size-1 dims take the last stride, as numpy does (so compact stays compact)
-    last_stride = new_strides[ni - 1] if ni >= 1 else 1
-    for k in range(ni, len(new_shape)):
-        new_strides[k] = last_stride
-    return tuple(new_strides)
+#: the device of arrays made without one: cpu(), set by devices.py (which defines it)
+DEFAULT_DEVICE = None
 
 
 class NDArray(ArrayOperators):
@@ -89,7 +34,6 @@ class NDArray(ArrayOperators):
     def __init__(self, other, device=None, dtype=None):
         """Copy `other` (NDArray, numpy array or nested lists) onto `device`.
         The dtype defaults to the source NDArray's, else float32 (as in the course)."""
-        from .devices import default_device
         if isinstance(other, NDArray):
             device = device if device is not None else other.device
             dtype = dtype_name(dtype if dtype is not None else other.dtype)
@@ -97,7 +41,7 @@ class NDArray(ArrayOperators):
                 self._init_from(other.device.cast(other, dtype))
                 return
             other = other.numpy()
-        device = device if device is not None else default_device()
+        device = device if device is not None else DEFAULT_DEVICE
         dtype = dtype_name(dtype)
         _check_numeric(other, dtype)
         arr = np.array(other, dtype=np_dtype(dtype), order="C", copy=True)
@@ -116,8 +60,7 @@ class NDArray(ArrayOperators):
         """Create an array over `handle` (allocated if None) without copying.  The dtype
         defaults to the handle's (course code passes none), else float32."""
         if device is None:
-            from .devices import default_device
-            device = default_device()
+            device = DEFAULT_DEVICE
         if dtype is None:
             dtype = "float32" if handle is None else handle.dtype
         array = NDArray.__new__(NDArray)
@@ -190,7 +133,7 @@ class NDArray(ArrayOperators):
         return self._view(tuple(shape), tuple(strides), self._offset)
 
     def reshape(self, new_shape) -> "NDArray":
-        new_shape = _infer_reshape(self._shape, new_shape)
+        new_shape = infer_reshape(self._shape, new_shape)
         if new_shape == self._shape:
             return self
         strides = reshape_strides(self._shape, self._strides, new_shape)
@@ -330,8 +273,7 @@ class NDArray(ArrayOperators):
         return self._device.numpy_view(self).flat
 
     def to(self, device) -> "NDArray":
-        from .devices import Device
-        if not isinstance(device, Device):
+        if not isinstance(device, DeviceIdentity):
             raise DeviceError(f"to: expected a needle device such as cpu(), got {device!r}")
         return self if device == self.device else NDArray(self.numpy(), device=device, dtype=self.dtype)
 
@@ -447,16 +389,6 @@ class NDArray(ArrayOperators):
         return out
 
 
-def matmul_shapes(a_shape, b_shape):
-    """(batch, m, k, n) of a batched matmul, batch dims broadcast both ways."""
-    if len(a_shape) < 2 or len(b_shape) < 2:
-        raise ShapeError(f"matmul: operands need at least 2 dims, got {fmt_shape(a_shape)} and {fmt_shape(b_shape)}")
-    if a_shape[-1] != b_shape[-2]:
-        raise ShapeError(f"matmul: inner dimensions differ: {fmt_shape(a_shape)} @ {fmt_shape(b_shape)}")
-    batch = broadcast_shapes("matmul", a_shape[:-2], b_shape[:-2])
-    return batch, a_shape[-2], a_shape[-1], b_shape[-1]
-
-
 def _check_numeric(data, dtype: str) -> None:
     """numpy would turn None into nan and drop imaginary parts without a word."""
     if data is None or isinstance(data, complex) or \
@@ -471,23 +403,3 @@ def _check_numeric(data, dtype: str) -> None:
         if kind in "cO":
             raise DTypeError(f"array: cannot make a {dtype} array from a list holding "
                              f"{'complex numbers' if kind == 'c' else 'non-numbers'}; expected real numbers")
-
-
-def _infer_reshape(shape, new_shape) -> tuple:
-    if isinstance(new_shape, numbers.Integral):
-        new_shape = (new_shape,)
-    if isinstance(new_shape, (str, bytes)) or not hasattr(new_shape, "__iter__") or \
-            not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in new_shape):
-        raise ShapeError(f"reshape: the new shape must be integers, got {new_shape!r} for {fmt_shape(shape)}")
-    new_shape = [int(s) for s in new_shape]
-    size = prod(shape)
-    if new_shape.count(-1) > 1:
-        raise ShapeError(f"reshape: cannot reshape {fmt_shape(shape)} into {tuple(new_shape)}: only one -1 allowed")
-    if -1 in new_shape:
-        rest = prod(s for s in new_shape if s != -1)
-        if rest == 0 or size % rest:
-            raise ShapeError(f"reshape: cannot reshape {fmt_shape(shape)} into {tuple(new_shape)}")
-        new_shape[new_shape.index(-1)] = size // rest
-    if any(s < 0 for s in new_shape) or prod(new_shape) != size:
-        raise ShapeError(f"reshape: cannot reshape {fmt_shape(shape)} (size {size}) into {fmt_shape(new_shape)}")
-    return tuple(new_shape)

@@ -50,7 +50,7 @@ def measure(workload_cls, mode: str, device, quick: bool, repeats: int, budget_s
     with lazy(mode.startswith("lazy")):
         w = workload_cls(cpu_numpy() if mode == "eager numpy" else device, quick=quick)
         if mode == "lazy jit":
-            from ..engine.jit import jit
+            from ..captured.function import jit
             w.step = jit(w.step)
         before = runtime.stats()
         t0 = time.perf_counter()

@@ -27,8 +27,8 @@ from ..backend_selection import cpu, cpu_numpy, cuda
 from ..data import DataLoader, NDArrayDataset, parse_mnist
 from ..errors import DataError
 from ..realize import lazy, realize
-from ..engine.jit import jit
-from ..runtime import realize_later
+from ..captured.function import jit
+from ..engine.realize import realize_later
 from ..serialization import save
 from . import train_distributed
 

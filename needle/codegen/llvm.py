@@ -17,13 +17,32 @@ buffer in `*err` (the runtime raises BoundsError).
 """
 from __future__ import annotations
 
+import hashlib
+import sys
+
 from llvmlite import ir
 
 from . import kernel_ir as K
-from . import vecmath
+from . import llvm_types, llvm_values, llvm_vector, vecmath
 from .llvm_types import F64, FAST, I1, I32, I64, MEMORY_TYPES, PTR, SUM_FLAGS, TYPES, VOID, is_float
 from .llvm_values import ValueHelpers
 from .llvm_vector import VectorLoops
+
+def fingerprint() -> str:
+    """A hash of the code that turns kernel IR into LLVM IR, part of the JIT's cache
+    key, so that an object compiled by an older renderer is never reused."""
+    global _fingerprint
+    if _fingerprint is None:
+        digest = hashlib.sha256()
+        for module in (sys.modules[__name__], llvm_types, llvm_values, llvm_vector, vecmath):
+            with open(module.__file__, "rb") as f:
+                digest.update(f.read())
+        _fingerprint = digest.hexdigest()[:16]
+    return _fingerprint
+
+
+_fingerprint = None
+
 
 def render(kernel: K.Kernel, symbol: str, bounds_check: bool = False) -> ir.Module:
     module = ir.Module(name=symbol)

@@ -37,39 +37,38 @@ SMALL = 48 ** 3  # below this many multiply-adds the plain loop nest wins
 DIRECT_LIMIT = {"a": 1 << 14, "b": 1 << 17}
 
 
-def tile_shape(dtype: str) -> tuple:
-    """(MR, NR) for the host: NR is two SIMD vectors, MR rows fill the registers."""
-    from ..runtime.jit import vector_width_bytes
-    lanes = vector_width_bytes() // itemsize(dtype)
-    if vector_width_bytes() >= 64:
+def tile_shape(dtype: str, vector_bytes: int) -> tuple:
+    """(MR, NR) for SIMD registers of `vector_bytes`: NR is two vectors, MR rows
+    fill the registers."""
+    lanes = vector_bytes // itemsize(dtype)
+    if vector_bytes >= 64:
         return 8, 2 * lanes   # 16 accumulators of 32 zmm registers
     return 6, 2 * lanes       # 12 accumulators of 16 ymm/xmm registers
 
 
-def lower(make_lowering, new_scratch, target: str = "cpu") -> list:
+def lower(make_lowering, new_scratch, target) -> list:
     """Kernels for the matmul group of `make_lowering()` (a fresh Lowering per kernel);
     `new_scratch(elements, dtype)` gives a slot for a packed operand."""
     low = make_lowering()
     m = low.group.matmul
     a, b = m.srcs
     rows, cols, depth = m.shape[-2], m.shape[-1], a.shape[-1]
-    if m.dtype not in ("float32", "float64") or rows * cols * depth < SMALL or target != "cpu":
+    if m.dtype not in ("float32", "float64") or rows * cols * depth < SMALL or target.name != "cpu":
         return [naive(low)]
-    return Tiling(m, make_lowering, new_scratch).kernels()
+    return Tiling(m, make_lowering, new_scratch, target).kernels()
 
 
 class Tiling:
-    def __init__(self, m, make_lowering, new_scratch):
+    def __init__(self, m, make_lowering, new_scratch, target):
         self.m, self.make = m, make_lowering
         self.a, self.b = m.srcs
         self.batch = m.shape[:-2]
         self.BT = math.prod(self.batch)
         self.M, self.N, self.K = m.shape[-2], m.shape[-1], self.a.shape[-1]
-        self.MR, self.NR = tile_shape(m.dtype)
+        self.MR, self.NR = tile_shape(m.dtype, target.vector_bytes)
         self.KB = -(-self.K // KC)
         self.MP, self.NP = -(-self.M // self.MR), -(-self.N // self.NR)
-        from .. import config
-        per_thread = -(-self.MP // max(1, 2 * config.THREADS))  # at least two blocks per thread
+        per_thread = -(-self.MP // max(1, 2 * target.threads))  # at least two blocks per thread
         self.MCP = max(1, min(MC_PANELS, per_thread))
         self.IB = -(-self.MP // self.MCP)
         # A is read one element per row and step (any layout will do; rows past M are
@@ -200,7 +199,7 @@ class Tiling:
         total = K.Binary("add", previous, K.Load("tile", K.affine([(r, NR), (c, 1)]), dtype), dtype)
         low.matmul_value = K.Var("sum", dtype)
         root = low.group.root
-        final = low.matmul_value if root is m else low.gen(root, epilogue_index(m, root, bt, i, j))
+        final = epilogue(low, bt, i, j)
         last = K.Binary("eq", pc, K.Const(self.KB - 1), "bool")
         value = K.Where(last, final, low.matmul_value, root.dtype) if self.KB > 1 else final
         update = [K.Let("sum", total), K.Store(out, at, value)]
@@ -212,6 +211,15 @@ class Tiling:
         whole = K.land(K.Binary("le", K.affine([(ip, MR)], MR), K.Const(self.M), "bool"),
                        K.Binary("le", K.affine([(jp, NR)], NR), K.Const(self.N), "bool"))
         return [K.If(whole, [fast]), K.If(K.Unary("not", whole, "bool"), [guarded])]
+
+
+def epilogue(low: Lowering, bt, i, j):
+    """The group's root at matmul element (batch bt, row i, column j), the matmul's
+    value read from `low.matmul_value`: the fused epilogue, or that value itself.
+    The root has the matmul's row-major layout, so it is stored at the element's
+    flat position."""
+    m, root = low.group.matmul, low.group.root
+    return low.matmul_value if root is m else low.gen(root, epilogue_index(m, root, bt, i, j))
 
 
 def epilogue_index(m, root, bt, i, j) -> tuple:
@@ -260,11 +268,8 @@ def naive(low: Lowering) -> K.Kernel:
     prod = K.Binary("mul", low.gen(a, tuple(idx) + (i, kk)), low.gen(b, tuple(idx) + (kk, j)), m.dtype)
     body.append(K.Loop("kk", a.shape[-1], [K.Assign(acc, K.Binary("add", K.Var(acc, m.dtype), prod, m.dtype))]))
     low.matmul_value = K.Var(acc, m.dtype)
-    if g.root is m:
-        value = low.matmul_value
-    else:
-        flat_batch = K.affine([(b, math.prod(batch[d + 1:])) for d, b in enumerate(idx)])
-        value = low.gen(g.root, epilogue_index(m, g.root, flat_batch, i, j))
+    flat_batch = K.affine([(b, math.prod(batch[d + 1:])) for d, b in enumerate(idx)])
+    value = epilogue(low, flat_batch, i, j)
     out = low.buffer(low.slot_of(g.root), g.root.dtype, "out")
     body.append(K.Store(out, linear(tuple(idx) + (i, j), View.contiguous(shape).strides, 0), value))
     loops = [(f"b{d}", n) for d, n in enumerate(batch) if n != 1]

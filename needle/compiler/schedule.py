@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..dtypes import itemsize
+from ..target import Target
 from ..ir.nodes import toposort
 from . import matmul_tiling
 from .fusion import FusedGraph, fuse
@@ -36,17 +37,29 @@ class Schedule:
     stats: dict = field(default_factory=dict)
 
 
+@dataclass
+class Signature:
+    """A graph up to the data it reads.  `key` (hashable) holds its ops, static
+    args, shapes, dtypes, leaf strides and which nodes share which sources, so equal
+    keys mean one schedule serves both graphs; `leaves` and `scalars` are the data
+    (leaf NDArrays, run-time scalars) in slot order, `leaf_ids`/`scalar_ids` their
+    slots by id."""
+    key: tuple
+    leaves: list
+    leaf_ids: dict
+    scalars: list
+    scalar_ids: dict
+
+
 def graph_inputs(outputs):
     """Leaf NDArrays and run-time scalars in graph order (the schedule's slots)."""
-    _, leaves, leaf_ids, scalars, scalar_ids = structure(outputs)
-    return leaves, leaf_ids, scalars, scalar_ids
+    s = structure(outputs)
+    return s.leaves, s.leaf_ids, s.scalars, s.scalar_ids
 
 
-def structure(outputs):
-    """(key, leaves, leaf_ids, scalars, scalar_ids): `key` describes the graph up to
-    the data it reads — ops, static args, shapes, dtypes, leaf strides, and which
-    nodes share which sources — so equal keys mean one schedule serves both.
-    (On the path of every realize: written for speed, one pass, no generators.)"""
+def structure(outputs) -> Signature:
+    """The graph's Signature.  (On the path of every realize: written for speed,
+    one pass, no generators.)"""
     leaves, leaf_ids, scalars, scalar_ids = [], {}, [], {}
     order = toposort(outputs)
     position = {}
@@ -76,13 +89,15 @@ def structure(outputs):
                 where = tuple([position[id(x)] for x in srcs])
             append((op, n.arg, n.shape, n.dtype, where))
     append(tuple([position[id(n)] for n in outputs]))
-    return tuple(key), leaves, leaf_ids, scalars, scalar_ids
+    return Signature(tuple(key), leaves, leaf_ids, scalars, scalar_ids)
 
 
-def plan(outputs, target: str = "cpu", signature=None) -> tuple:
-    """Run the passes on the graph of `outputs`: (Schedule, FusedGraph).
+def plan(outputs, target: Target, signature: Signature = None) -> tuple:
+    """Run the passes on the graph of `outputs` for `target`: (Schedule, FusedGraph).
     `signature` is `structure(outputs)` when the caller has it already."""
-    _, leaves, leaf_ids, scalars, scalar_ids = signature or structure(outputs)
+    signature = signature or structure(outputs)
+    leaves, leaf_ids, scalars, scalar_ids = (signature.leaves, signature.leaf_ids, signature.scalars,
+                                             signature.scalar_ids)
     fused = fuse(fold_views(outputs))
     slot_of_node = {}
     slot_kinds = {i: ("leaf", i) for i in range(len(leaves))}
@@ -120,11 +135,11 @@ def plan(outputs, target: str = "cpu", signature=None) -> tuple:
     return schedule, fused
 
 
-def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target) -> list:
+def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target: Target) -> list:
     """The calls of one group (a matmul may need packing kernels first)."""
     def make():
         return Lowering(g, fused.stored, slot_of, param_slot)
-    if target == "cuda":
+    if target.name == "cuda":
         from . import cuda_lowering
         return [_call(k) for k in cuda_lowering.lower(g, make, new_scratch)]
     if g.kind == "matmul":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..backend_ndarray.ndarray import compact_strides
+from ..shapes import compact_strides
 
 
 @dataclass(frozen=True)

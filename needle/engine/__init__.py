@@ -1,7 +1,12 @@
 """The engine: the one door from pending work to computed data.
 
-Today it holds captured steps (`needle.jit`): `capture` records one call, `state`
-finds where its state lives, `replay` binds and reruns its schedules, `jit` is the
-user-facing function.  The redesign moves realize, realize_later and the schedule
-cache here.
+- `realize`: `realize_nodes` computes pending IR nodes, one schedule per device;
+  `realize_later` queues state that outlives a step for the next schedule.
+- `schedules`: the bounded schedule cache, keyed by (graph structure, target);
+  a miss plans (compiler), renders (codegen) and loads (runtime).
+- `eager`: one primitive, one kernel, for cpu() and cuda() arrays.
+- `stages`: the text of every compiler stage (`needle.ir.dump`).
+- `capture`: records the schedules a step launches (for `needle.jit`).
 """
+from . import eager, stages  # noqa: F401  (install the compiled devices' primitives, the stage views)
+from .realize import forget_later, pending_nodes, realize_later, realize_nodes  # noqa: F401

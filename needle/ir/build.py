@@ -10,9 +10,9 @@ import math
 import threading
 
 from ..dtypes import check_elementwise, dtype_name, is_float, require_same
-from ..errors import AxisError, DeviceError, DTypeError, ShapeError, fmt_shape, normalize_axes
-from . import lazy
-from .nodes import BINARY, COMPARE, UNARY, RuntimeScalar, Scalar
+from ..errors import AxisError, DeviceError, DTypeError, ShapeError, fmt_shape
+from ..shapes import normalize_axes
+from .nodes import BINARY, COMPARE, UNARY, Node, RuntimeScalar, Scalar
 
 class _Origin(threading.local):
     """Name of the frontend op whose compute() is building nodes right now (for
@@ -23,25 +23,30 @@ class _Origin(threading.local):
 ORIGIN = _Origin()
 
 
+#: the class of the nodes built here: lazy.LazyArray (a Node that answers to NDArray's
+#: methods), which installs itself; its methods are written with these builders
+NODE_TYPE = None
+
+
 def _new(op, srcs, arg, shape, dtype, device):
     srcs = tuple(srcs)
     for s in srcs:
         s.consumed = True
-    return lazy.LazyArray(op, srcs, arg, tuple(shape), dtype, device, ORIGIN.name)
+    return NODE_TYPE(op, srcs, arg, tuple(shape), dtype, device, ORIGIN.name)
 
 
 # ---- loads ------------------------------------------------------------------------------------
-def buffer(array) -> "lazy.LazyArray":
+def buffer(array) -> Node:
     """A realized NDArray as a graph input (read through its own strides)."""
     return _new("buffer", (), array, array.shape, array.dtype, array.device)
 
 
-def const(value, shape, dtype, device) -> "lazy.LazyArray":
+def const(value, shape, dtype, device) -> Node:
     """A scalar baked into the kernels, broadcast to `shape`."""
     return _new("const", (), _scalar(value, dtype), shape, dtype_name(dtype), device)
 
 
-def param(value, shape, dtype, device) -> "lazy.LazyArray":
+def param(value, shape, dtype, device) -> Node:
     """A scalar passed to the kernels at run time (user scalars: learning rates,
     bias corrections), so that a new value does not mean a new kernel."""
     return _new("param", (), Scalar(_scalar(value, dtype)), shape, dtype_name(dtype), device)
@@ -57,7 +62,7 @@ def _scalar(value, dtype):
 
 
 # ---- elementwise ------------------------------------------------------------------------------
-def elementwise(op: str, *srcs) -> "lazy.LazyArray":
+def elementwise(op: str, *srcs) -> Node:
     """An elementwise op on sources of one shape (broadcast them first)."""
     shape = srcs[0].shape
     for s in srcs[1:]:
@@ -96,7 +101,7 @@ def _fold(op, values, dtype):
     return out.item()
 
 
-def cast(src, dtype) -> "lazy.LazyArray":
+def cast(src, dtype) -> Node:
     dtype = dtype_name(dtype)
     if dtype == src.dtype:
         return src
@@ -115,7 +120,7 @@ def _same_device(op, srcs) -> None:
 
 
 # ---- reductions -------------------------------------------------------------------------------
-def reduce(op: str, src, axes) -> "lazy.LazyArray":
+def reduce(op: str, src, axes) -> Node:
     """Reduce over `axes`; the reduced axes stay as size 1."""
     axes = normalize_axes(op, axes, src.ndim, src.shape)
     if src.dtype == "bool" and op == "reduce_sum":
@@ -134,7 +139,7 @@ def _movable(src, op, arg, shape):
     return _new(op, (src,), arg, shape, src.dtype, src.device)
 
 
-def reshape(src, shape) -> "lazy.LazyArray":
+def reshape(src, shape) -> Node:
     shape = tuple(int(s) for s in shape)
     if math.prod(shape) != src.size or any(s < 0 for s in shape):
         raise ShapeError(f"reshape: cannot reshape {fmt_shape(src.shape)} (size {src.size}) into {fmt_shape(shape)}")
@@ -143,7 +148,7 @@ def reshape(src, shape) -> "lazy.LazyArray":
     return _movable(src, "reshape", shape, shape)
 
 
-def permute(src, axes) -> "lazy.LazyArray":
+def permute(src, axes) -> Node:
     axes = tuple(int(a) % max(src.ndim, 1) for a in axes)
     if sorted(axes) != list(range(src.ndim)):
         raise AxisError(f"permute: axes {axes} are not a permutation for shape {fmt_shape(src.shape)}")
@@ -152,7 +157,7 @@ def permute(src, axes) -> "lazy.LazyArray":
     return _movable(src, "permute", axes, tuple(src.shape[a] for a in axes))
 
 
-def expand(src, shape) -> "lazy.LazyArray":
+def expand(src, shape) -> Node:
     """Broadcast size-1 axes to `shape` (same number of dims)."""
     shape = tuple(int(s) for s in shape)
     if len(shape) != src.ndim or any(s != n and s != 1 for s, n in zip(src.shape, shape)):
@@ -162,7 +167,7 @@ def expand(src, shape) -> "lazy.LazyArray":
     return _movable(src, "expand", shape, shape)
 
 
-def pad(src, pads) -> "lazy.LazyArray":
+def pad(src, pads) -> Node:
     """Zero padding, one (before, after) pair per axis."""
     pads = tuple((int(lo), int(hi)) for lo, hi in pads)
     if len(pads) != src.ndim or any(lo < 0 or hi < 0 for lo, hi in pads):
@@ -174,7 +179,7 @@ def pad(src, pads) -> "lazy.LazyArray":
     return _new("pad", (src,), pads, shape, src.dtype, src.device)
 
 
-def shrink(src, bounds) -> "lazy.LazyArray":
+def shrink(src, bounds) -> Node:
     """Keep [start, stop) along each axis."""
     bounds = tuple((int(a), int(b)) for a, b in bounds)
     if len(bounds) != src.ndim or any(not 0 <= a <= b <= s for (a, b), s in zip(bounds, src.shape)):
@@ -184,7 +189,7 @@ def shrink(src, bounds) -> "lazy.LazyArray":
     return _movable(src, "shrink", bounds, tuple(b - a for a, b in bounds))
 
 
-def flip(src, axes) -> "lazy.LazyArray":
+def flip(src, axes) -> Node:
     axes = normalize_axes("flip", axes, src.ndim, src.shape)
     axes = tuple(a for a in axes if src.shape[a] > 1)
     if not axes:
@@ -192,7 +197,7 @@ def flip(src, axes) -> "lazy.LazyArray":
     return _movable(src, "flip", axes, src.shape)
 
 
-def stride(src, steps) -> "lazy.LazyArray":
+def stride(src, steps) -> Node:
     """Keep every steps[i]-th element along axis i (from the first)."""
     steps = tuple(int(s) for s in steps)
     if len(steps) != src.ndim or any(s < 1 for s in steps):
@@ -203,7 +208,7 @@ def stride(src, steps) -> "lazy.LazyArray":
     return _movable(src, "stride", steps, shape)
 
 
-def window(src, axes, kernel, step) -> "lazy.LazyArray":
+def window(src, axes, kernel, step) -> Node:
     """Sliding windows over consecutive `axes`: each windowed axis of size n becomes
     (n - k) // step + 1 positions, and the kernel axes are inserted after the last
     windowed axis.  NHWC with axes (1, 2) gives (N, Ho, Wo, KH, KW, C)."""
@@ -220,7 +225,7 @@ def window(src, axes, kernel, step) -> "lazy.LazyArray":
     return _new("window", (src,), (axes, kernel, step), shape, src.dtype, src.device)
 
 
-def as_strided(src, shape, strides, offset=0) -> "lazy.LazyArray":
+def as_strided(src, shape, strides, offset=0) -> Node:
     """A view with element strides over src's row-major layout (like numpy's)."""
     shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
     if len(shape) != len(strides):
@@ -235,7 +240,7 @@ def as_strided(src, shape, strides, offset=0) -> "lazy.LazyArray":
 
 
 # ---- matmul, assemble, copy -------------------------------------------------------------------
-def matmul(a, b) -> "lazy.LazyArray":
+def matmul(a, b) -> Node:
     """(..., m, k) @ (..., k, n) with identical batch shapes (broadcast first)."""
     if a.ndim < 2 or b.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"matmul: shapes {fmt_shape(a.shape)} and {fmt_shape(b.shape)} do not match")
@@ -246,7 +251,7 @@ def matmul(a, b) -> "lazy.LazyArray":
     return _new("matmul", (a, b), None, a.shape[:-1] + b.shape[-1:], dtype, a.device)
 
 
-def assemble(shape, pieces, like) -> "lazy.LazyArray":
+def assemble(shape, pieces, like) -> Node:
     """Zeros of `shape` with each piece written at its index: a tuple of
     (start, stop, step) per axis, step > 0.  Pieces must not overlap."""
     shape = tuple(shape)
@@ -262,7 +267,7 @@ def assemble(shape, pieces, like) -> "lazy.LazyArray":
                 shape, like.dtype, like.device)
 
 
-def copy(src) -> "lazy.LazyArray":
+def copy(src) -> Node:
     return _new("copy", (src,), None, src.shape, src.dtype, src.device)
 
 
@@ -287,7 +292,7 @@ def _check_indices(op: str, shape, indices, axis: int, sizes) -> tuple:
     return indices
 
 
-def gather(src, indices, axis: int) -> "lazy.LazyArray":
+def gather(src, indices, axis: int) -> Node:
     """out[p, j, q] = src[p, i_0[j], ..., i_{k-1}[j], q]: k index arrays of one shape I
     pick along axes [axis, axis + k); the result has shape src[:axis] + I + src[axis+k:].
     Index values are read as integers; negative ones count from the end once, and the
@@ -301,7 +306,7 @@ def gather(src, indices, axis: int) -> "lazy.LazyArray":
     return _new("gather", (src,) + indices, axis, shape, src.dtype, src.device)
 
 
-def scatter_add(values, indices, axis: int, sizes) -> "lazy.LazyArray":
+def scatter_add(values, indices, axis: int, sizes) -> Node:
     """gather's adjoint: zeros of shape values[:axis] + sizes + values[axis+I.ndim:], with
     out[p, i_0[j], ..., i_{k-1}[j], q] += values[p, j, q] (repeated indices add up;
     indices are wrapped and clamped as in gather)."""

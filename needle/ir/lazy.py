@@ -11,10 +11,11 @@ import numbers
 
 import numpy as np
 
-from ..backend_ndarray.ndarray import NDArray, _infer_reshape, broadcast_shapes, matmul_shapes
+from ..backend_ndarray.ndarray import NDArray
 from ..backend_ndarray.operators import ArrayOperators
 from ..dtypes import dtype_name
-from ..errors import DTypeError, DeviceError, ShapeError, fmt_shape, normalize_axes
+from ..errors import DTypeError, DeviceError, ShapeError, fmt_shape
+from ..shapes import broadcast_shapes, infer_reshape, matmul_shapes, normalize_axes
 from . import build
 from .nodes import Node, RuntimeScalar
 
@@ -36,6 +37,10 @@ _BAKED = (0, 1, -1, 2, 0.5)
 #: `HOST_READ(what)` before a lazy array is read back to the host, or None; set by
 #: needle.jit while it captures a step (a replay cannot repeat a read)
 HOST_READ = None
+
+#: `REALIZE(nodes)` computes pending nodes: the engine's realize_nodes, installed by
+#: needle.engine (an IR node never computes itself; the engine is the one door)
+REALIZE = None
 
 
 def _baked(x) -> bool:
@@ -118,7 +123,7 @@ class LazyArray(Node, ArrayOperators):
 
     # ---- movement ---------------------------------------------------------------------
     def reshape(self, new_shape) -> "LazyArray":
-        return build.reshape(self, _infer_reshape(self.shape, new_shape))
+        return build.reshape(self, infer_reshape(self.shape, new_shape))
 
     def permute(self, new_axes) -> "LazyArray":
         return build.permute(self, new_axes)
@@ -235,8 +240,7 @@ class LazyArray(Node, ArrayOperators):
     def numpy(self) -> np.ndarray:
         if HOST_READ is not None:
             HOST_READ("LazyArray.numpy()")
-        from ..runtime import realize_nodes
-        realize_nodes([self])
+        REALIZE([self])
         return self.arg.numpy()
 
     def __repr__(self) -> str:
@@ -281,3 +285,6 @@ def _final_shape(shape, drop, new_axes) -> tuple:
     for pos in new_axes:
         kept.insert(pos, 1)
     return tuple(kept)
+
+
+build.NODE_TYPE = LazyArray

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import autograd
 from ..autograd import Tensor
-from ..runtime import realize_later
+from ..engine.realize import realize_later
 from ..errors import NeedleError, ShapeError, fmt_shape
 
 

@@ -15,7 +15,7 @@ from .. import init, ops
 from ..autograd import Tensor
 from ..errors import ArgumentError, IndexingError, ShapeError, fmt_shape
 from .nn_basic import check_features, check_ndim, optional_bias
-from ..runtime import realize_later
+from ..engine.realize import realize_later
 from .nn_module import Module, Parameter
 
 _NONLINEARITIES = {"tanh": ops.tanh, "relu": ops.relu}

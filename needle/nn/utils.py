@@ -7,7 +7,7 @@ from typing import Iterable, Union
 from .. import ops
 from ..autograd import Tensor
 from ..errors import ArgumentError
-from ..runtime import realize_later
+from ..engine.realize import realize_later
 
 
 def clip_grad_norm_(parameters: Union[Tensor, Iterable[Tensor]], max_norm: float,

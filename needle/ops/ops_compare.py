@@ -14,7 +14,8 @@ import numpy as np
 from .. import array_api as A
 from ..autograd import Tensor, TensorOp
 from ..dtypes import FLOATS
-from ..errors import ShapeError, fmt_shape, normalize_axes
+from ..errors import ShapeError, fmt_shape
+from ..shapes import normalize_axes
 from .ops_elementwise import astype
 from .ops_indexing import host_array
 from .ops_reduce import max as reduce_max

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from .. import array_api as A
 from ..autograd import TensorOp
-from ..errors import ShapeError, fmt_shape, normalize_axes
+from ..errors import ShapeError, fmt_shape
+from ..shapes import normalize_axes
 from .ops_mathematic import broadcast_to, exp, reshape, summation
 
 

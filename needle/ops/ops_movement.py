@@ -7,7 +7,8 @@ import numbers
 from .. import array_api as A
 from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
 from ..dtypes import require_same
-from ..errors import ArgumentError, AxisError, DeviceError, IndexingError, ShapeError, fmt_shape, normalize_axes
+from ..errors import ArgumentError, AxisError, DeviceError, IndexingError, ShapeError, fmt_shape
+from ..shapes import normalize_axes
 from .ops_tuple import _as_tuple, make_tuple
 
 

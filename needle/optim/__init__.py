@@ -29,7 +29,7 @@ from ..realize import realize
 from ..engine import capture as _capture
 from ..ir import build as ir_build
 from ..ir.nodes import RuntimeScalar
-from ..runtime import realize_later
+from ..engine.realize import realize_later
 
 __all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "RMSprop", "lr_scheduler"]
 

@@ -92,16 +92,11 @@ class Profile:
             _active = None
 
     def _install(self) -> None:
-        from ..runtime import cpu
-        executors = [("cpu()", cpu)]
-        try:
-            from ..runtime import cuda
-            executors.append(("cuda()", cuda))
-        except ImportError:  # needle without its CUDA runtime module: nothing to time there
-            pass
-        for device, module in executors:
+        from ..engine import schedules
+        from ..runtime import cpu, cuda
+        for device, module, cache in (("cpu()", cpu, schedules.CACHES["cpu"]),
+                                      ("cuda()", cuda, schedules.CACHES["cuda"])):
             module.KERNEL_TIMER = self._make_timer(device)
-            cache = module.SCHEDULES
             cache.get = self._make_get(cache, device)
             self._caches.append((module, cache))
         sources.install()
@@ -125,7 +120,7 @@ class Profile:
             entry, leaves, scalars = original(cache, nodes)
             t1 = time.perf_counter()
             sched, comp = c["schedule_seconds"] - s0, c["compile_seconds"] - k0
-            self._note_realize(entry, nodes, leaves, cache.target, device, t0, t1, sched, comp)
+            self._note_realize(entry, nodes, leaves, cache.target(), device, t0, t1, sched, comp)
             return entry, leaves, scalars
         return get
 

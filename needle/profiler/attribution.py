@@ -32,7 +32,7 @@ class CallInfo:
     flops: float = 0.0
 
 
-def describe_calls(entry, nodes, leaves, target: str) -> List[CallInfo]:
+def describe_calls(entry, nodes, leaves, target) -> List[CallInfo]:
     """CallInfo for every call of `entry` (a compiled schedule) run on `nodes`."""
     schedule = entry.schedule
     infos = [CallInfo(c.kernel.name) for c in schedule.calls]
@@ -61,7 +61,7 @@ def _unique(items) -> tuple:
 def _members_by_call(schedule, nodes, target):
     """[(group, folded nodes it computes)] per call; (None, []) where unknown."""
     from ..compiler.schedule import plan
-    from ..compiler.stages import kernel_members
+    from ..engine.stages import kernel_members
     calls = schedule.calls
     if _is_single_op(nodes):  # eager: one op, every call computes it
         return [(None, [nodes[0]])] * len(calls)

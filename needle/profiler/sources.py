@@ -20,9 +20,8 @@ import time
 import weakref
 from typing import Optional, Tuple
 
-import needle
 
-_LIBRARY = os.path.dirname(os.path.abspath(needle.__file__)) + os.sep
+_LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # needle/
 _USER_INSIDE = (_LIBRARY + "cli" + os.sep,)
 _is_library_cache = {}
 

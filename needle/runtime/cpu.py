@@ -1,10 +1,8 @@
-"""Executes graphs on the CPU with compiled kernels.
+"""Runs compiled schedules on the CPU.
 
-realize(nodes): look the graph's structure up in the schedule cache (on a miss,
-run the passes and compile the kernels), bind the graph's leaf buffers and
-run-time scalars to the schedule's slots, allocate the outputs, take temps from
-the buffer pool, launch every kernel (split across threads with libgomp when it
-pays), and turn the requested nodes into buffers.
+`CompiledSchedule.run` binds a graph's leaf buffers and run-time scalars to the
+schedule's slots, allocates the outputs, takes temps from the buffer pool and
+launches every kernel (split across threads with libgomp when it pays).
 """
 from __future__ import annotations
 
@@ -19,10 +17,9 @@ from .. import config
 from ..backend_ndarray.ndarray import NDArray
 from ..dtypes import np_dtype
 from ..errors import BoundsError
-from . import counters, jit, schedules
+from . import counters, jit
+from .lru import ENTRY_BYTES_PER_CALL
 from .pool import POOL
-from .schedules import ScheduleCache
-from ..compiler.schedule import Schedule  # noqa: F401  (type of CompiledSchedule.schedule)
 
 #: `timer(compiled_schedule, call_index, start, seconds)` after each launch, or None;
 #: set by needle.profiler only while a profile is active (no cost otherwise)
@@ -39,11 +36,12 @@ MIN_FLOPS_PER_THREAD = 1 << 22
 
 
 class CompiledSchedule:
-    """A Schedule with its kernels compiled and its slot tables precomputed."""
+    """A schedule (compiler.schedule.Schedule) with its kernels compiled (`kernels`,
+    jit.CompiledKernel per call) and its slot tables precomputed; kernels that pay
+    for it run on `threads` threads."""
 
-    def __init__(self, schedule: "Schedule"):
-        self.schedule = schedule
-        self.kernels = jit.compile_kernels([c.kernel for c in schedule.calls])
+    def __init__(self, schedule, kernels: list, threads: int):
+        self.schedule, self.kernels, self.threads = schedule, kernels, threads
         self.n_slots = 1 + max([s for c in schedule.calls for s in c.slots] +
                                [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
         width = max([len(c.slots) for c in schedule.calls] + [1])
@@ -60,11 +58,11 @@ class CompiledSchedule:
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
         self.tables, self.tables_free = _Args(self), threading.Lock()
         #: what this entry holds in memory, roughly (the schedule cache's byte bound)
-        self.nbytes = (schedules.ENTRY_BYTES_PER_CALL * (1 + len(schedule.calls)) + self.slot_matrix.nbytes
+        self.nbytes = (ENTRY_BYTES_PER_CALL * (1 + len(schedule.calls)) + self.slot_matrix.nbytes
                        + self.param_matrix.nbytes)
-        threads = config.THREADS
-        self.threaded = [threads > 1 and k.omp_address and c.kernel.parallel is not None and
-                         c.kernel.parallel[1] > 1 and c.kernel.work >= _min_work(c.kernel) * 2
+        #: threads each kernel runs on (0: called directly on this thread)
+        self.threaded = [threads if threads > 1 and k.omp_address and c.kernel.parallel is not None and
+                         c.kernel.parallel[1] > 1 and c.kernel.work >= _min_work(c.kernel) * 2 else 0
                          for c, k in zip(schedule.calls, self.kernels)]
         t = self.tables  # each kernel's argument pointers into the schedule's own tables
         self.launches = [(k, t.table_ptr + i * t.table_row, t.params_ptr + i * t.params_row, total, threaded, i)
@@ -135,7 +133,7 @@ def _launch_all_of(compiled, args) -> None:
     err = args.err_ptr
     for kernel, bufs, params, total, threaded, i in compiled.launches:
         if threaded:
-            _launch(kernel, args, i, total, True, None)
+            _launch(kernel, args, i, total, threaded, None)
         else:
             kernel.cfunc(bufs, params, 0, total, 0, err)
 
@@ -198,34 +196,17 @@ def _limits(call, s, leaves, out_arrays, temps):
     return np.asarray(limits, dtype=np.int64)
 
 
-def _launch(kernel, args: _Args, i: int, total: int, threaded: bool, limits) -> None:
+def _launch(kernel, args: _Args, i: int, total: int, threads: int, limits) -> None:
     bufs_ptr = args.table_ptr + i * args.table_row
     params_ptr = args.params_ptr + i * args.params_row
     limits_ptr = limits.ctypes.data if limits is not None else 0
-    if threaded:
+    if threads:
         data = np.array([bufs_ptr, params_ptr, total, limits_ptr, args.err_ptr], dtype=np.int64)
         jit.gomp().GOMP_parallel(ctypes.c_void_p(kernel.omp_address), ctypes.c_void_p(data.ctypes.data),
-                                 ctypes.c_uint(config.THREADS), ctypes.c_uint(0))
+                                 ctypes.c_uint(threads), ctypes.c_uint(0))
     else:
         kernel.cfunc(bufs_ptr, params_ptr, 0, total, limits_ptr, args.err_ptr)
     if limits is not None and args.err[0]:
         name = kernel.kernel.bufs[args.err[0] - 1].name
         raise BoundsError(f"kernel {kernel.name}: index out of bounds on buffer {name} "
                           "(NEEDLE_BOUNDS_CHECK caught it; this is a needle bug, please report it)")
-
-
-SCHEDULES = ScheduleCache("cpu", lambda schedule: CompiledSchedule(schedule),
-                          lambda: (config.THREADS, config.BOUNDS_CHECK), show=lambda k: jit.llvm_ir(k))
-
-
-def compiled_schedule(nodes):
-    """(CompiledSchedule, leaves, scalars) for the graph of `nodes`."""
-    return SCHEDULES.get(nodes)
-
-
-def realize(nodes) -> None:
-    schedules.realize(SCHEDULES, nodes)
-
-
-def clear_schedule_cache() -> None:
-    SCHEDULES.clear()

@@ -17,16 +17,8 @@ import numpy as np
 
 from ..dtypes import itemsize, np_dtype
 from . import counters
+from .cuda_driver import function, require
 from .pool import IdleBuffers
-
-
-def _rt():
-    from . import cuda
-    return cuda
-
-
-def require() -> dict:
-    return _rt().require()
 
 
 class DevicePool(IdleBuffers):
@@ -194,7 +186,7 @@ def assign(view, value) -> None:
     else:
         ivalue, mode = int(bool(value)) if view.dtype == "bool" else int(value), 2
     meta = from_numpy(np.array(list(view.shape) + list(view.strides) + list(src_strides) or [0], dtype=np.int64))
-    fn = _rt().function(_assign_source(), f"nd_assign_{view.dtype}", "PPPqqdqq")
+    fn = function(_assign_source(), f"nd_assign_{view.dtype}", "PPPqqdqq")
     block = 256
     grid = max(1, min(-(-view.size // block), s["sms"] * 32))
     dst_ptr = view._handle.ptr + view.offset * view._handle.itemsize

@@ -20,8 +20,8 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from .. import config
-from ..codegen import llvm as llvm_codegen
 from ..errors import CompileError
+from ..target import Target
 from . import counters
 from . import disk_cache
 from .lru import LRUCache
@@ -55,18 +55,11 @@ def _build_state() -> dict:
         state["gomp"] = ctypes.CDLL(gomp)
     except (OSError, RuntimeError):
         state["gomp"] = None
-    triple = llvm.get_process_triple()
-    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    target = llvm.Target.from_triple(triple)
-
-    def machine():
-        return target.create_target_machine(cpu=cpu, features=features, opt=OPT_LEVEL, jit=True)
-
-    state["tm"] = machine()  # for optimization and object emission
-    state["machine"] = machine  # each engine takes ownership of a machine of its own
-    state["target_id"] = f"{triple}|{cpu}|{features}"
-    state["versions"] = (f"needle-kernels-1|{_codegen_fingerprint()}|llvmlite-{llvmlite.__version__}"
-                         f"|llvm-{llvm.llvm_version_info}")
+    state["triple"] = llvm.get_process_triple()
+    state["cpu"], state["features"] = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    state["llvm_target"] = llvm.Target.from_triple(state["triple"])
+    state["versions"] = f"needle-kernels-1|llvmlite-{llvmlite.__version__}|llvm-{llvm.llvm_version_info}"
+    state["machines"] = {}  # (cpu, features) -> per-target state: machine, current engine
     pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
@@ -76,35 +69,31 @@ def _build_state() -> dict:
     return state
 
 
-def _codegen_fingerprint() -> str:
-    """A hash of the code that turns kernel IR into machine code, so that a cached
-    object from an older renderer is never reused after it changed."""
-    from ..codegen import llvm as renderer, llvm_types, llvm_values, llvm_vector, vecmath
-    digest = hashlib.sha256()
-    for module in (renderer, llvm_types, llvm_values, llvm_vector, vecmath):
-        with open(module.__file__, "rb") as f:
-            digest.update(f.read())
-    return digest.hexdigest()[:16]
-
-
 def gomp():
     """libgomp as a ctypes library (None when it is missing)."""
     return _init()["gomp"]
 
 
-def target_description() -> str:
+def host_target(threads: int, bounds_check: bool) -> Target:
+    """The host CPU as a Target: its LLVM CPU name, features and SIMD width."""
     s = _init()
-    return s["target_id"]
+    features = s["features"]
+    width = 64 if "+avx512f" in features else 32 if "+avx2" in features or "+avx," in features else 16
+    return Target("cpu", width, threads, bounds_check, s["cpu"], features)
 
 
-def vector_width_bytes() -> int:
-    """SIMD register width of the host (64 with AVX-512, 32 with AVX2, else 16)."""
-    features = _init()["target_id"]
-    if "+avx512f" in features:
-        return 64
-    if "+avx2" in features or "+avx," in features:
-        return 32
-    return 16
+def _machine(target: Target) -> dict:
+    """The LLVM target machine (optimization, object emission) and the current
+    MCJIT engine for `target`'s CPU and features."""
+    s = _init()
+    key = (target.cpu, target.features)
+    found = s["machines"].get(key)
+    if found is None:
+        def machine():
+            return s["llvm_target"].create_target_machine(cpu=target.cpu, features=target.features,
+                                                          opt=OPT_LEVEL, jit=True)
+        found = s["machines"][key] = {"tm": machine(), "machine": machine, "engine": None, "engine_kernels": 0}
+    return found
 
 
 class CompiledKernel:
@@ -134,23 +123,19 @@ KERNELS_PER_ENGINE = 64
 ENGINE_BYTES = 128 << 10
 
 
-def kernel_key(kernel) -> str:
+def kernel_key(kernel, target: Target, renderer) -> str:
     s = _init()
-    text = kernel.text()
-    material = "\n".join([s["versions"], s["target_id"], f"O{OPT_LEVEL}",
-                          f"bounds={int(config.BOUNDS_CHECK)}", text])
+    material = "\n".join([s["versions"], renderer.fingerprint(), s["triple"], target.cpu, target.features,
+                          f"O{OPT_LEVEL}", f"bounds={int(target.bounds_check)}", kernel.text()])
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-def compile_kernel(kernel) -> CompiledKernel:
-    """The kernel compiled (memory cache, then disk cache, then LLVM)."""
-    return compile_kernels([kernel])[0]
-
-
-def compile_kernels(kernels) -> list:
-    """Each kernel compiled: from the memory cache, else from the disk cache or LLVM,
-    loaded into the current engine together."""
-    keys = [kernel_key(k) for k in kernels]
+def compile_kernels(kernels, target: Target, renderer) -> list:
+    """Each kernel compiled for `target`: from the memory cache, else from the disk
+    cache or LLVM, loaded into the target's current engine together.  `renderer`
+    (needle.codegen.llvm) turns kernel IR into LLVM IR: `render(kernel, symbol,
+    bounds_check)` and `fingerprint()`, a hash of its own code for the cache key."""
+    keys = [kernel_key(k, target, renderer) for k in kernels]
     out = [_compiled.get(key) for key in keys]
     if all(c is not None for c in out):
         counters.add("cache_hits", len(out))
@@ -159,14 +144,14 @@ def compile_kernels(kernels) -> list:
         done = {}  # a kernel twice in one schedule is loaded once, even if the cache is tiny
         for i, (kernel, key) in enumerate(zip(kernels, keys)):
             if out[i] is None:
-                out[i] = done.get(key) or _compiled.get(key) or _load(kernel, key)
+                out[i] = done.get(key) or _compiled.get(key) or _load(kernel, key, target, renderer)
             else:
                 counters.add("cache_hits")
             done[key] = out[i]
     return out
 
 
-def _load(kernel, key: str) -> CompiledKernel:
+def _load(kernel, key: str, target: Target, renderer) -> CompiledKernel:
     """Object code from the disk cache or LLVM, added to the current engine."""
     symbol = "k_" + key[:24]
     t0 = time.perf_counter()
@@ -178,11 +163,11 @@ def _load(kernel, key: str) -> CompiledKernel:
         counters.add("cache_hits")
         counters.add("disk_cache_hits")
     else:
-        obj = _codegen(kernel, symbol)
+        obj = _codegen(kernel, symbol, target, renderer)
         counters.add("kernels_compiled")
         if config.CACHE:
             disk_cache.store(key, obj)
-    engine = _current_engine()
+    engine = _current_engine(target)
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
     address = engine.get_function_address(symbol)
@@ -195,10 +180,10 @@ def _load(kernel, key: str) -> CompiledKernel:
     return compiled
 
 
-def _current_engine():
+def _current_engine(target: Target):
     """The engine new kernels go into (a fresh one every KERNELS_PER_ENGINE kernels)."""
-    s = _init()
-    if s.get("engine") is None or s["engine_kernels"] >= KERNELS_PER_ENGINE:
+    s = _machine(target)
+    if s["engine"] is None or s["engine_kernels"] >= KERNELS_PER_ENGINE:
         s["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), s["machine"]())  # owns its machine
         s["engine_kernels"] = 0
     s["engine_kernels"] += 1
@@ -211,30 +196,30 @@ def _looks_like_kernel(obj: bytes, symbol: str) -> bool:
     return obj[:4] == b"\x7fELF" and (symbol + "_omp").encode() in obj
 
 
-def llvm_ir(kernel, optimized: bool = False) -> str:
-    """The LLVM IR text of a kernel (before or after the O3 pipeline)."""
-    key = kernel_key(kernel)
-    module = llvm_codegen.render(kernel, "k_" + key[:24], bounds_check=config.BOUNDS_CHECK)
+def llvm_ir(kernel, target: Target, renderer, optimized: bool = False) -> str:
+    """The LLVM IR text of a kernel for `target` (before or after the O3 pipeline)."""
+    key = kernel_key(kernel, target, renderer)
+    module = renderer.render(kernel, "k_" + key[:24], bounds_check=target.bounds_check)
     if not optimized:
         return str(module)
-    return str(_optimize(str(module)))
+    return str(_optimize(str(module), target))
 
 
-def _optimize(text: str):
-    s = _init()
+def _optimize(text: str, target: Target):
+    s, tm = _init(), _machine(target)["tm"]
     try:
         mod = llvm.parse_assembly(text)
-        mod.triple = llvm.get_process_triple()
-        mod.data_layout = str(s["tm"].target_data)
+        mod.triple = s["triple"]
+        mod.data_layout = str(tm.target_data)
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"generated LLVM IR does not verify: {e}") from None
-    pb = llvm.create_pass_builder(s["tm"], s["pto"])
+    pb = llvm.create_pass_builder(tm, s["pto"])
     pb.getModulePassManager().run(mod, pb)
     return mod
 
 
-def _codegen(kernel, symbol: str) -> bytes:
-    module = llvm_codegen.render(kernel, symbol, bounds_check=config.BOUNDS_CHECK)
-    mod = _optimize(str(module))
-    return _init()["tm"].emit_object(mod)
+def _codegen(kernel, symbol: str, target: Target, renderer) -> bytes:
+    module = renderer.render(kernel, symbol, bounds_check=target.bounds_check)
+    mod = _optimize(str(module), target)
+    return _machine(target)["tm"].emit_object(mod)

@@ -12,6 +12,10 @@ from typing import Callable, Tuple
 
 from . import counters
 
+#: bytes a cached compiled schedule holds per kernel call (kernel IR, call tables, launch
+#: data), for the devices' `nbytes` estimates that the schedule cache's byte bound counts
+ENTRY_BYTES_PER_CALL = 4096
+
 
 class LRUCache:
     """`limits()` returns (max entries, max bytes), read at each insertion so that

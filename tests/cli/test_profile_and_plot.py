@@ -13,7 +13,7 @@ from needle.cli import plot, train
 
 
 def test_profile_command_prints_the_table_and_writes_a_trace(tmp_path, capsys):
-    ndl.runtime.forget_later()  # pending work other tests left for "the next schedule"
+    ndl.engine.forget_later()  # pending work other tests left for "the next schedule"
     trace = tmp_path / "trace.json"
     before = ndl.runtime.stats()["kernels_launched"]
     assert main(["profile", "softmax", "--steps", "2", "--trace", str(trace)]) == 0

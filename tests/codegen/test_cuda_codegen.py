@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
+from needle.engine.schedules import cpu_target, cuda_target  # noqa: F401
 from needle.codegen import cuda as cuda_codegen
 from needle.codegen import kernel_ir as K
 from needle.compiler import schedule as scheduling
@@ -37,7 +38,7 @@ def planned():
     out = {}
     for name in cases.CASES:
         nodes = cases.build_case(name)
-        out[name] = (nodes, scheduling.plan(nodes, target="cuda")[0])
+        out[name] = (nodes, scheduling.plan(nodes, cuda_target())[0])
     return out
 
 
@@ -159,7 +160,7 @@ def test_cpu_lowering_unchanged_by_the_cuda_target():
     x = ndl.Tensor(np.random.randn(16, 40).astype(np.float32))
     y = ndl.ops.logsumexp(x, axes=(1,))
     from needle.ir.printer import output_nodes
-    cpu, _ = scheduling.plan(output_nodes([y]), target="cpu")
+    cpu, _ = scheduling.plan(output_nodes([y]), cpu_target())
     assert all(c.kernel.block == 0 and c.kernel.grid == 0 and not c.kernel.mapping for c in cpu.calls)
     assert "Special" not in repr(cpu.calls[0].kernel.body) and "Shuffle" not in repr(cpu.calls[0].kernel.body)
 

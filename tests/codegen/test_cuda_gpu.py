@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
+from needle.engine.schedules import cpu_target, cuda_target  # noqa: F401
 from needle.backend_ndarray.ndarray import NDArray
 from needle.compiler import schedule as scheduling
 from needle.ir import reference
@@ -33,7 +34,7 @@ def test_cases_on_gpu(name):
     rt = _gpu()
     nodes = cases.build_case(name)
     expected = reference.evaluate(nodes)
-    schedule, _ = scheduling.plan(nodes, target="cuda")
+    schedule, _ = scheduling.plan(nodes, cuda_target())
     leaves, _, scalars, _ = scheduling.graph_inputs(nodes)
     outputs = rt.CompiledSchedule(schedule).run([_to_gpu(x) for x in leaves], scalars, ndl.cuda())
     tol = cases.CASES[name][1]

@@ -13,7 +13,9 @@ import needle as ndl
 import needle.runtime as rt
 from needle import config, ops
 from needle.backend_ndarray.ndarray import NDArray
+from needle.engine.realize import realize_nodes
 from needle.ir import build, reference
+from needle.ir.lazy import LazyArray
 from needle.ir.printer import output_nodes
 
 CPU = ndl.cpu()
@@ -39,7 +41,7 @@ def const(value, like, dtype=None):
 def realize(*nodes):
     """Reference values of `nodes`, then the compiled values (one schedule)."""
     expected = reference.evaluate(list(nodes))
-    rt.realize_nodes(list(nodes))
+    realize_nodes(list(nodes))
     got = [n.arg.numpy() for n in nodes]
     for g, e, n in zip(got, expected, nodes):
         assert g.shape == e.shape == n.shape
@@ -331,8 +333,8 @@ def test_softmax_of_large_inputs():
 
 # ---- matmul ------------------------------------------------------------------------------------
 def matmul_check(a, b, rtol=1e-4, atol=1e-4):
-    out = build.matmul(leaf(a) if not isinstance(a, build.lazy.LazyArray) else a,
-                       leaf(b) if not isinstance(b, build.lazy.LazyArray) else b)
+    out = build.matmul(leaf(a) if not isinstance(a, LazyArray) else a,
+                       leaf(b) if not isinstance(b, LazyArray) else b)
     got = check(out, rtol=rtol, atol=atol)[0]
     return got
 

@@ -16,6 +16,8 @@ import pytest
 
 import needle as ndl
 from needle.codegen import kernel_ir as K
+from needle.codegen import llvm
+from needle.engine.schedules import cpu_target
 from needle.runtime import jit
 
 WIDTHS = (1, 8, 16)  # scalar loop, AVX2, AVX-512
@@ -36,7 +38,7 @@ def compiled(op: str, width: int, *inputs: np.ndarray) -> np.ndarray:
     out = np.empty_like(arrays[0])
     table = np.array([a.ctypes.data for a in arrays + [out]], dtype=np.int64)
     err = np.zeros(1, dtype=np.int32)
-    jit.compile_kernel(kernel).cfunc(table.ctypes.data, None, 0, count, None, err.ctypes.data)
+    jit.compile_kernels([kernel], cpu_target(), llvm)[0].cfunc(table.ctypes.data, None, 0, count, None, err.ctypes.data)
     return out
 
 

@@ -12,6 +12,7 @@ import needle as ndl
 import needle.runtime as rt
 from needle import nn, ops
 from needle.compiler.schedule import plan
+from needle.engine.schedules import cpu_target
 from needle.ir.printer import output_nodes
 
 CPU = ndl.cpu()
@@ -22,7 +23,7 @@ def tensor(*shape, scale=1.0):
 
 
 def planned(*tensors):
-    schedule, fused = plan(output_nodes(tensors))
+    schedule, fused = plan(output_nodes(tensors), cpu_target())
     return schedule, fused
 
 

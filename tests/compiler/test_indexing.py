@@ -10,11 +10,12 @@ import needle as ndl
 from needle import config
 from needle.backend_ndarray.ndarray import NDArray
 from needle.compiler.schedule import plan
+from needle.engine.schedules import cpu_target
 from needle.errors import DTypeError, ShapeError
 from needle.ir import build, reference
 from needle.ir.nodes import toposort
 from needle.ir.printer import output_nodes
-from needle.runtime import realize_nodes
+from needle.engine.realize import realize_nodes
 
 CPU = ndl.cpu()
 
@@ -59,7 +60,7 @@ def test_gather_is_computed_inside_its_readers_kernel():
     src = leaf(np.random.randn(6, 4).astype(np.float32))
     ids = leaf(np.array([5, 0, 5], np.int64))
     out = build.elementwise("exp", build.gather(build.elementwise("tanh", src), [ids], 0))
-    schedule, fused = plan([out])
+    schedule, fused = plan([out], cpu_target())
     assert len(schedule.calls) == 1 and fused.groups[0].kind == "elementwise"
     got, expected = run(out)
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-6)
@@ -69,7 +70,7 @@ def test_scatter_add_fuses_its_producers_and_adds_repeats(bounds_checked):
     values = leaf(np.random.randn(2, 5, 3).astype(np.float32))
     ids = leaf(np.array([4, 1, 4, 4, 0], np.float32))
     out = build.scatter_add(build.elementwise("exp", values), [ids], 1, (6,))
-    schedule, fused = plan([out])
+    schedule, fused = plan([out], cpu_target())
     assert [g.kind for g in fused.groups] == ["fill", "scatter"]  # a parallel zero fill, then the additions
     check_reasons(fused)
     text = schedule.calls[1].kernel.text()
@@ -108,7 +109,7 @@ def test_reduction_read_by_a_gather_is_not_a_stage():
     row_max = build.reshape(build.reduce("reduce_max", x, (1,)), (4,))
     picked = build.gather(row_max, [leaf(np.array([3, 3, 0], np.int64))], 0)
     out = build.elementwise("add", picked, build.const(1.0, (3,), "float32", CPU))
-    _, fused = plan([out])
+    _, fused = plan([out], cpu_target())
     assert any("gather reads it" in why for why in fused.reasons.values())
     got, expected = run(out)
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-6)
@@ -121,7 +122,7 @@ def test_gather_through_movement_and_into_matmul(bounds_checked):
     rows = build.reshape(build.gather(w, [ids], 0), (6, 8))     # read through a view: stored
     out = build.matmul(rows, leaf(np.random.randn(8, 5).astype(np.float32)))
     direct = build.matmul(build.gather(w, [build.reshape(ids, (6,))], 0), leaf(np.random.randn(8, 3).astype(np.float32)))
-    _, fused = plan([out, direct])
+    _, fused = plan([out, direct], cpu_target())
     check_reasons(fused)
     assert any("read through a view" in why for why in fused.reasons.values())  # the reshaped gather
     got, expected = run(out, direct)
@@ -134,8 +135,8 @@ def test_softmax_loss_needs_no_scatter_and_no_host_one_hot():
     labels = ndl.Tensor(np.random.randint(0, 10, 64), requires_grad=False)
     loss = ndl.nn.SoftmaxLoss()(logits * 1.0, labels)
     loss.backward()
-    _, forward = plan(output_nodes([loss]))
-    schedule, backward = plan(output_nodes([logits.grad]))
+    _, forward = plan(output_nodes([loss]), cpu_target())
+    schedule, backward = plan(output_nodes([logits.grad]), cpu_target())
     assert [g.kind for g in forward.groups] == ["reduce", "reduce"]  # the pick fuses into the sum
     assert all(g.kind == "reduce" for g in backward.groups) and len(schedule.calls) <= 2
     # the only (64, 10) input is the logits themselves: no one-hot matrix comes from the host

@@ -8,6 +8,7 @@ import needle as ndl
 from needle import ops
 from needle.compiler import matmul_tiling
 from needle.compiler.schedule import plan
+from needle.engine.schedules import cpu_target
 from needle.ir.printer import output_nodes
 
 
@@ -18,7 +19,7 @@ def lazy():
 
 
 def names(*tensors) -> list:
-    schedule, _ = plan(output_nodes(list(tensors)))
+    schedule, _ = plan(output_nodes(list(tensors)), cpu_target())
     return [call.kernel.name for call in schedule.calls]
 
 
@@ -34,7 +35,7 @@ def f64(t):
     return t.numpy().astype(np.float64)
 
 
-NR = matmul_tiling.tile_shape("float32")[1]
+NR = matmul_tiling.tile_shape("float32", cpu_target().vector_bytes)[1]
 
 
 def test_small_matmul_packs_nothing():

@@ -7,6 +7,7 @@ import needle as ndl
 from needle import ops
 from needle.compiler import lowering
 from needle.compiler.schedule import plan
+from needle.engine.schedules import cpu_target
 from needle.ir.printer import output_nodes
 
 
@@ -17,7 +18,7 @@ def lazy():
 
 
 def kernels_of(*tensors) -> list:
-    schedule, _ = plan(output_nodes(list(tensors)))
+    schedule, _ = plan(output_nodes(list(tensors)), cpu_target())
     return [call.kernel for call in schedule.calls]
 
 

@@ -235,10 +235,10 @@ def test_params_accepts_generator():
 @pytest.mark.parametrize("make_opt", OPTIMIZERS)
 def test_one_realize_per_step(make_opt, monkeypatch):
     """Lazy mode: the whole update (all params and state) is one schedule; eager: none."""
-    import needle.runtime
+    from needle.engine import realize
     calls = []
-    original = needle.runtime.realize_nodes
-    monkeypatch.setattr(needle.runtime, "realize_nodes", lambda nodes: (calls.append(1), original(nodes))[1])
+    original = realize.realize_nodes
+    monkeypatch.setattr(realize, "realize_nodes", lambda nodes: (calls.append(1), original(nodes))[1])
     params = make_params()
     opt = make_opt(params)
     for _ in range(3):

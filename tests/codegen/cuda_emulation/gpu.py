@@ -7,6 +7,7 @@ import contextlib
 import pytest
 
 from needle import config
+from needle.engine import schedules
 
 from . import fake_pycuda, harness
 
@@ -30,14 +31,14 @@ def cuda_runtime():
         return
     saved, old = fake_pycuda.install(), dict(rt._state)
     rt._state.clear()
-    rt.clear_schedule_cache()
+    schedules.clear()
     rt._modules.clear()
     try:
         yield rt
     finally:
         rt._state.clear()
         rt._state.update(old)
-        rt.clear_schedule_cache()
+        schedules.clear()
         rt._modules.clear()
         rt.POOL.clear()
         fake_pycuda.uninstall(saved)

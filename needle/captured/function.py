@@ -34,8 +34,9 @@ from .. import autograd, config
 from ..autograd import Tensor
 from ..errors import JitError
 from ..ir import lazy as lazy_ir
-from ..runtime import pending_nodes, realize_nodes, schedules
-from . import capture, state
+from ..engine import capture, schedules
+from ..engine.realize import pending_nodes, realize_nodes
+from . import state
 from .replay import INPUT, STALE, CapturedStep, host_values, realized_array
 
 

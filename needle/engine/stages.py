@@ -8,24 +8,27 @@
 """
 from __future__ import annotations
 
+import sys
+
+from .. import ir
+from ..codegen import cuda
+from ..compiler.schedule import plan
 from ..ir import printer
 from ..ir.nodes import toposort
-from .schedule import plan
+from . import schedules
 
 
 def dump(outputs, stage: str) -> str:
-    target = "cuda" if stage == "cuda" else "cpu"
-    schedule, fused = plan(outputs, target=target)
+    target = schedules.target_for("cuda" if stage == "cuda" else "cpu")
+    schedule, fused = plan(outputs, target)
     if stage == "fused":
         return fused_text(fused)
     if stage == "kernels":
         return "\n\n".join(c.kernel.text() for c in schedule.calls)
     if stage == "llvm":
-        from ..runtime import jit
-        return "\n".join(jit.llvm_ir(c.kernel) for c in schedule.calls)
+        return "\n".join(schedules.kernel_code(c.kernel, target) for c in schedule.calls)
     if stage == "cuda":
-        from ..codegen import cuda
-        return cuda.render_module([c.kernel for c in schedule.calls])
+        return cuda.render_module([c.kernel for c in schedule.calls], bounds_check=target.bounds_check)
     raise ValueError(f"unknown stage {stage!r}")
 
 
@@ -79,10 +82,13 @@ def fused_text(fused) -> str:
 
 def kernel_clusters(outputs) -> tuple:
     """(order, num, clusters) of the folded graph for drawing fused kernels."""
-    _, fused = plan(outputs)
+    _, fused = plan(outputs, schedules.cpu_target())
     order = toposort(fused.folded.outputs)
     num = printer.numbering(order)
     clusters = {}
     for k, (g, members) in enumerate(kernel_members(fused)):
         clusters[f"kernel {k}: {g.name}"] = {id(n) for n in members if n.op not in ("buffer", "const", "param")}
     return order, num, clusters, fused.folded.outputs
+
+
+ir.register_view("compiler", sys.modules[__name__])

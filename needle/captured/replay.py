@@ -11,7 +11,8 @@ import weakref
 from ..autograd import Tensor, TensorTuple
 from ..errors import JitError
 from ..ir.nodes import RuntimeScalar
-from . import capture, state
+from ..engine import capture
+from . import state
 
 INPUT, OUTPUT, DRAW, STATE, CONST, SLOT = range(6)
 

@@ -17,12 +17,14 @@ into one box.
 from __future__ import annotations
 
 import gc
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import numpy as np
 
-from ..errors import ArgumentError
+from . import ir
+from .errors import ArgumentError
 
 #: tensors with at most this many elements show their values instead of a norm
 TINY = 4
@@ -58,7 +60,7 @@ class AutogradGraph:
 
 # ---- collecting ---------------------------------------------------------------------------------
 def _tensors(items) -> list:
-    from ..autograd import Value
+    from .autograd import Value
     out = []
     for t in items:
         if isinstance(t, (list, tuple)):
@@ -72,7 +74,7 @@ def _tensors(items) -> list:
 
 def collect(tensors, names=None) -> AutogradGraph:
     """The autograd graph behind `tensors` (Tensors, TensorTuples or lists of them)."""
-    from ..autograd import find_topo_sort
+    from .autograd import find_topo_sort
     roots = _tensors(tensors)
     if not roots:
         raise ArgumentError("stage='autograd': give at least one Tensor")
@@ -149,7 +151,7 @@ def parameter_names(order, names=None):
     wanted = {id(t) for t in order}
     if names is not None:
         return _explicit_names(names, wanted)
-    from ..nn import Module
+    from .nn import Module
     modules = [m for m in gc.get_objects() if issubclass(type(m), Module)]  # type(): no __class__ tricks
     best, types = {}, {}
     for m in modules:  # each live module; a parameter takes its name in the largest model holding it
@@ -170,7 +172,7 @@ def parameter_names(order, names=None):
 
 
 def _explicit_names(names, wanted):
-    from ..nn import Module
+    from .nn import Module
     if isinstance(names, Module):
         return {id(p): n for n, p in names.named_parameters() if id(p) in wanted}, _module_types(names)
     items = names.items() if hasattr(names, "items") else names
@@ -182,7 +184,7 @@ def _explicit_names(names, wanted):
 
 def _module_types(root) -> Dict[str, str]:
     """{dotted path: class name} of every sub-module of `root` ("" is the root)."""
-    from ..nn import Module
+    from .nn import Module
     out, stack, seen = {}, [("", root)], set()
     while stack:
         path, value = stack.pop()
@@ -227,7 +229,7 @@ def _attribute_modules(nodes) -> None:
 
 # ---- text ---------------------------------------------------------------------------------------
 def fmt_type(n: TensorNode) -> str:
-    from .nodes import SHORT_DTYPE
+    from .ir.nodes import SHORT_DTYPE
     if n.shape is None:
         return "?"
     return f"{SHORT_DTYPE.get(n.dtype, n.dtype)}[{','.join(map(str, n.shape))}]"
@@ -290,7 +292,7 @@ _FILL = {"param": "#fff2cc", "leaf": "#cfe2f3", "op": "#ffffff"}
 def dot_text(graph: AutogradGraph, max_nodes: int = 400) -> str:
     """DOT of the graph: a box per Tensor in one cluster per module; with more than
     `max_nodes` nodes, each module's cluster is drawn as one box."""
-    from .draw import quote
+    from .ir.draw import quote
     collapse = len(graph.nodes) > max_nodes and any(n.module for n in graph.nodes)
     groups = _collapsed_groups(graph) if collapse else {n.index: n.module for n in graph.nodes}
     by_module = {}
@@ -364,7 +366,7 @@ def _collapsed_groups(graph: AutogradGraph) -> Dict[int, str]:
 
 
 def _node_line(n: TensorNode) -> str:
-    from .draw import quote
+    from .ir.draw import quote
     label = f"%{n.index} {head(n)}\n{fmt_type(n)}" + ("" if n.requires_grad else "  no grad")
     if n.value:
         label += f"\nvalue {n.value}"
@@ -372,3 +374,6 @@ def _node_line(n: TensorNode) -> str:
         label += f"\ngrad {n.grad}"
     extra = ", peripheries=2" if n.output else ""
     return f"t{n.index} [label={quote(label)}, style=filled, fillcolor=\"{_FILL[n.kind]}\"{extra}];"
+
+
+ir.register_view("autograd", sys.modules[__name__])

@@ -12,15 +12,16 @@ import needle.runtime as rt
 from needle import nn, optim
 from needle.autograd import is_pending
 from needle.ir.nodes import toposort
-from needle.runtime import cpu as cpu_runtime
+from needle import engine
+from needle.engine import schedules
 
 
 @pytest.fixture(autouse=True)
 def lazy_mode():
     with ndl.lazy(True):
-        rt.forget_later()
+        engine.forget_later()
         yield
-        rt.forget_later()
+        engine.forget_later()
 
 
 def graph_size(t) -> int:
@@ -53,14 +54,14 @@ def test_batchnorm_model_hits_the_schedule_cache_from_its_second_step():
                          after["kernels_compiled"] - before["kernels_compiled"]))
     # steps 2.. : every schedule is a cache hit and nothing is compiled.  (Step 2 differs
     # from step 1 only because Adam's moments now exist.)
-    for schedules, hits, compiled in per_step[2:]:
-        assert schedules >= 1 and hits == schedules and compiled == 0, per_step
+    for ran, hits, compiled in per_step[2:]:
+        assert ran >= 1 and hits == ran and compiled == 0, per_step
 
 
 def test_state_is_computed_in_registration_order():
     a, b, c = (ndl.Tensor(np.full(3, v, "float32"), requires_grad=False) for v in (1, 2, 3))
     kept = [(t + 1).detach() for t in (c, a, b)]   # registered c, a, b
-    order = [n.srcs for n in rt._later_nodes()]
+    order = [n.srcs for n in engine.realize._later_nodes()]
     expected = [(t + 1)._cached_data.srcs for t in (c, a, b)]
     assert [tuple(s.arg for s in srcs if s.op == "buffer") for srcs in order] == \
         [tuple(s.arg for s in srcs if s.op == "buffer") for srcs in expected]
@@ -157,8 +158,8 @@ def mlp_step_counting_matmuls(monkeypatch, read_loss_first: bool):
     model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 5))
     opt = optim.SGD(model.parameters(), lr=0.1)
     x, y = batch(rng)
-    matmuls, original = [], cpu_runtime.realize
-    monkeypatch.setattr(cpu_runtime, "realize",
+    matmuls, original = [], schedules.realize
+    monkeypatch.setattr(schedules, "realize",
                         lambda nodes: (matmuls.append(sum(n.op == "matmul" for n in toposort(nodes))),
                                        original(nodes))[1])
     loss = nn.SoftmaxLoss()(model(x), y)

@@ -8,7 +8,7 @@ import pytest
 
 import needle as ndl
 from needle import nn
-from needle.ir import autograd_graph
+from needle import autograd_graph
 from tests.modes import execution_mode  # noqa: F401  (each test runs lazily and eagerly)
 
 

@@ -1,0 +1,146 @@
+"""The schedule cache and the realize loop of the compiled devices.
+
+A graph's structure (`compiler.schedule.structure`) and the target key a
+compiled schedule.  On a miss the compiler plans the graph for the target, the
+code generator renders each kernel (LLVM IR for cpu(), CUDA C for cuda()) and
+the runtime compiles and loads it.  `realize` then binds the graph's data, runs
+the schedule and turns the requested nodes into buffers.
+"""
+from __future__ import annotations
+
+import time
+
+from .. import config
+from ..codegen import cuda as cuda_codegen, llvm as llvm_codegen
+from ..compiler import schedule as scheduling
+from ..runtime import counters, cpu, cuda as cuda_runtime, jit
+from ..runtime.lru import LRUCache
+from ..target import Target
+from . import describe
+
+
+class ScheduleCache:
+    """Compiled schedules of one device, least recently used out first past
+    `config.SCHEDULE_CACHE_SIZE` entries or `SCHEDULE_CACHE_BYTES`.
+    `compile(schedule, target)` builds the device's CompiledSchedule (with an
+    `nbytes` estimate); `target()` says what the code is made for now."""
+
+    def __init__(self, device: str, compile, target):
+        self.device, self.compile, self.target = device, compile, target
+        self.entries = LRUCache("schedule", lambda: (config.SCHEDULE_CACHE_SIZE, config.SCHEDULE_CACHE_BYTES),
+                                lambda entry: getattr(entry, "nbytes", 0))
+
+    def get(self, nodes):
+        """(compiled schedule, leaf NDArrays, run-time scalars) for the graph of `nodes`."""
+        signature = scheduling.structure(nodes)
+        target = self.target()
+        key = (signature.key, target)
+        entry = self.entries.get(key)
+        if entry is not None:
+            counters.add("schedule_cache_hits")
+            return entry, signature.leaves, signature.scalars
+        t0 = time.perf_counter()
+        schedule, _ = scheduling.plan(nodes, target, signature)
+        counters.add("schedule_seconds", time.perf_counter() - t0)
+        if config.DEBUG >= 3:
+            for c in schedule.calls:
+                print(c.kernel.text())
+                if config.DEBUG >= 4:
+                    print(kernel_code(c.kernel, target))
+        entry = self.compile(schedule, target)
+        self.entries.put(key, entry)
+        return entry, signature.leaves, signature.scalars
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+_cpu_targets = {}
+
+
+def cpu_target() -> Target:
+    """The host CPU with the current thread count and bounds checking."""
+    settings = (config.THREADS, config.BOUNDS_CHECK)
+    target = _cpu_targets.get(settings)
+    if target is None:
+        target = _cpu_targets[settings] = jit.host_target(*settings)
+    return target
+
+
+def cuda_target() -> Target:
+    return Target("cuda", 0, bounds_check=config.BOUNDS_CHECK)
+
+
+def target_for(device_name: str) -> Target:
+    return cuda_target() if device_name == "cuda" else cpu_target()
+
+
+def _compile_cpu(schedule, target: Target):
+    kernels = jit.compile_kernels([c.kernel for c in schedule.calls], target, llvm_codegen)
+    return cpu.CompiledSchedule(schedule, kernels, target.threads)
+
+
+def _compile_cuda(schedule, target: Target):
+    kernels = [c.kernel for c in schedule.calls]
+    names = [f"k{i}_{k.name}" for i, k in enumerate(kernels)]
+    source = cuda_codegen.render_module(kernels, names, bounds_check=target.bounds_check)
+    if config.DEBUG >= 4:
+        print(source)
+    return cuda_runtime.CompiledSchedule(schedule, source, names, target.bounds_check)
+
+
+def compile(schedule, target: Target):
+    """The device's CompiledSchedule of `schedule` on `target` (kernels rendered,
+    compiled and loaded)."""
+    return (_compile_cuda if target.name == "cuda" else _compile_cpu)(schedule, target)
+
+
+def kernel_code(kernel, target: Target, optimized: bool = False) -> str:
+    """The code a kernel becomes on `target`: LLVM IR (before or after O3) or CUDA C."""
+    if target.name == "cuda":
+        return cuda_codegen.render_module([kernel], bounds_check=target.bounds_check)
+    return jit.llvm_ir(kernel, target, llvm_codegen, optimized)
+
+
+CACHES = {"cpu": ScheduleCache("cpu", compile, cpu_target),
+          "cuda": ScheduleCache("cuda", compile, cuda_target)}
+cuda_runtime.at_shutdown(CACHES["cuda"].clear)  # its entries hold device memory
+
+
+def compiled_schedule(nodes):
+    """(CompiledSchedule, leaves, scalars) for the graph of `nodes` (all on one device)."""
+    return CACHES[nodes[0].device.name].get(nodes)
+
+
+def clear() -> None:
+    """Forget every compiled schedule (the kernels stay in the runtime's caches)."""
+    for cache in CACHES.values():
+        cache.clear()
+
+
+#: `RECORDER(entry, leaves, scalars, device, outputs)` after each schedule runs, or None;
+#: set by needle.jit only while it captures a step
+RECORDER = None
+
+
+def realize(nodes) -> None:
+    """Compute `nodes` (pending, all on one compiled device) with one schedule.  On
+    cuda() it waits for the GPU, so run_seconds and callers' timings count the
+    work, not the launches."""
+    device = nodes[0].device
+    on_gpu = device.name == "cuda"
+    if on_gpu:
+        cuda_runtime.require()
+    entry, leaves, scalars = CACHES[device.name].get(nodes)
+    if config.DEBUG >= 1:
+        print(describe.schedule_summary(entry.schedule))
+    t0 = time.perf_counter()
+    outputs = entry.run(leaves, scalars, device)
+    if on_gpu:
+        cuda_runtime.synchronize()
+    counters.add("run_seconds", time.perf_counter() - t0)
+    counters.add("schedules")
+    if RECORDER is not None:
+        RECORDER(entry, leaves, scalars, device, outputs)
+    for node, array in zip(nodes, outputs):
+        node.become_buffer(array)
