@@ -159,8 +159,5 @@ def sliding_window(a, kernel, step: int):
     return as_strided(a, (N, Ho, Wo, KH, KW, C), (sN, sH * step, sW * step, sH, sW, 1))
 
 
-def check_axes(op: str, axes, ndim: int, shape) -> tuple:
-    return normalize_axes(op, axes, ndim, shape)
-
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "np")]

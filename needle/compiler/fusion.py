@@ -44,6 +44,10 @@ class Group:
     matmul: object = None          # the matmul node (kind matmul)
     piece: int = -1
     notes: list = field(default_factory=list)
+    #: the folded nodes the kernel evaluates (its root, the nodes inlined below it, its
+    #: fused stages and matmul, and the loads it reads), recorded once by `fuse`: the
+    #: stage dumps, the drawings and the profiler read this record
+    members: list = field(default_factory=list)
 
     @property
     def domain(self) -> tuple:
@@ -120,7 +124,27 @@ def fuse(folded: FoldedGraph) -> FusedGraph:
             kernels.extend([Group("fill", n), g])
         else:
             kernels.append(g)
+    for g in kernels:
+        g.members = _members(g, stored)
     return FusedGraph(folded, kernels, stored, reasons, order, outputs)
+
+
+def _members(g: Group, stored: set) -> list:
+    """The folded nodes group `g` evaluates: from its root (for a piece: the piece's
+    source) down through inlined nodes, stopping at stored results and loads."""
+    root = g.root.srcs[g.piece] if g.kind == "piece" else g.root
+    members, seen = ([g.root] if g.kind == "piece" else []), set()
+    stack = [root] + list(g.stages) + ([g.matmul] if g.matmul is not None else [])
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        members.append(n)
+        inlined = id(n) not in stored or n is g.root or n is root or n in g.stages or n is g.matmul
+        if n.op != "view" and inlined and n.op not in ("buffer", "const", "param"):
+            stack.extend(n.srcs)
+    return members
 
 
 def _initial_stored(order, outputs, consumers, reasons, shared: set) -> set:

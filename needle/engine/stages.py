@@ -33,27 +33,8 @@ def dump(outputs, stage: str) -> str:
 
 
 def kernel_members(fused) -> list:
-    """For each kernel group: the folded nodes it evaluates (its root, the inlined
-    nodes below it, its fused stages and matmul)."""
-    out = []
-    for g in fused.groups:
-        root = g.root.srcs[g.piece] if g.kind == "piece" else g.root
-        members, stack, seen = [], [root] + list(g.stages) + ([g.matmul] if g.matmul is not None else []), set()
-        if g.kind == "piece":
-            members.append(g.root)
-        while stack:
-            n = stack.pop()
-            if id(n) in seen:
-                continue
-            seen.add(id(n))
-            members.append(n)
-            inlined = id(n) not in fused.stored or n is g.root or n is root or n in g.stages or n is g.matmul
-            if n.op != "view" and inlined and n.op not in ("buffer", "const", "param"):
-                stack.extend(n.srcs)
-            elif n.op in ("const", "param"):
-                pass
-        out.append((g, members))
-    return out
+    """(group, the folded nodes it evaluates) for each kernel, as fusion recorded them."""
+    return [(g, g.members) for g in fused.groups]
 
 
 def fused_text(fused) -> str:
