@@ -128,7 +128,7 @@ def launch_and_compile_costs() -> dict:
     from needle import config
     from needle.codegen import llvm
     from needle.compiler.schedule import plan
-    from needle.engine.schedules import cpu_target
+    from needle.engine.schedule_cache import cpu_target
     from needle.ir.printer import output_nodes
     from needle.runtime import jit
     x = ndl.Tensor(np.ones(64, np.float32), requires_grad=False)

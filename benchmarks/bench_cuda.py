@@ -53,9 +53,9 @@ def schedule_ms(build, inner: int = 5, repeats: int = 7) -> float:
     """GPU milliseconds of the schedule that realizes `build()`: its kernels are
     launched back to back (no synchronize between runs), so host overhead hides."""
     from needle.ir.printer import output_nodes
-    from needle.engine import schedules
+    from needle.engine import schedule_cache
     nodes = output_nodes([build()])
-    entry, leaves, scalars = schedules.compiled_schedule(nodes)
+    entry, leaves, scalars = schedule_cache.compiled_schedule(nodes)
     return gpu_ms(lambda: entry.run(leaves, scalars, ndl.cuda()), inner, repeats)
 
 

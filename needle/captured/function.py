@@ -34,7 +34,7 @@ from .. import autograd, config
 from ..autograd import Tensor
 from ..errors import JitError
 from ..ir import lazy as lazy_ir
-from ..engine import capture, schedules
+from ..engine import capture, schedule_cache
 from ..engine.realize import pending_nodes, realize_nodes
 from . import state
 from .replay import INPUT, STALE, CapturedStep, host_values, realized_array
@@ -119,13 +119,13 @@ class JitFunction:
         modules = []
         slots_before = state.slots(roots, modules)
         recorder = capture.Recorder()
-        capture.CURRENT, schedules.RECORDER, lazy_ir.HOST_READ = recorder, recorder.schedule, capture.host_read
+        capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = recorder, recorder.schedule, capture.host_read
         try:
             result = self.fn(*args, **kwargs)
             pending = [n for t in autograd.tensors_in(result) for n in pending_nodes(t)]
             realize_nodes(pending)  # close the step: nothing it made stays pending
         finally:
-            capture.CURRENT, schedules.RECORDER, lazy_ir.HOST_READ = None, None, None
+            capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = None, None, None
         gc.collect()
         step = CapturedStep(recorder, inputs, result, slots_before, roots, modules)
         self.captures.setdefault(key, []).append(step)

@@ -2,7 +2,7 @@
 
 - `realize`: `realize_nodes` computes pending IR nodes, one schedule per device;
   `realize_later` queues state that outlives a step for the next schedule.
-- `schedules`: the bounded schedule cache, keyed by (graph structure, target);
+- `schedule_cache`: the bounded schedule cache, keyed by (graph structure, target);
   a miss plans (compiler), renders (codegen) and loads (runtime).
 - `eager`: one primitive, one kernel, for cpu() and cuda() arrays.
 - `stages`: the text of every compiler stage (`needle.ir.dump`).

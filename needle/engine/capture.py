@@ -6,7 +6,7 @@ layers below report to it, each through one cheap check on its own path:
 - `read_state(tensor, data)`: an op reads a tensor's realized data (autograd);
 - `created(tensor)`: a tensor was made during the call (autograd);
 - `schedule(entry, leaves, scalars, device, outputs)`: a compiled schedule ran
-  (engine.schedules, through its RECORDER hook);
+  (engine.schedule_cache, through its RECORDER hook);
 - `draw(fn, args, kwargs, tensor)`: a random tensor was drawn (init);
 - `on_replay(callback)`: Python state a replay must advance (Adam's step count);
 - `host(fn, inputs, outputs, device)`: a host computation between schedules (the

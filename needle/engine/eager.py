@@ -12,7 +12,7 @@ import sys
 
 from ..backend_ndarray.devices import CompiledDevice
 from ..ir import build
-from . import schedules
+from . import schedule_cache
 
 
 def _run(build_node, *arrays):
@@ -20,7 +20,7 @@ def _run(build_node, *arrays):
     node = build_node(*[build.buffer(a) for a in arrays])
     if node.op == "buffer":  # the builder folded the op away (e.g. a cast to the same dtype)
         return node.arg
-    schedules.realize([node])
+    schedule_cache.realize([node])
     return node.arg
 
 

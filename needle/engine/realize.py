@@ -11,7 +11,7 @@ import numpy as np
 
 from ..ir import lazy, reference
 from ..runtime import counters
-from . import schedules
+from . import schedule_cache
 
 
 class _Later(threading.local):
@@ -87,7 +87,7 @@ def realize_nodes(nodes) -> None:
 
 def _realize_on(device, nodes) -> None:
     if device.name in ("cpu", "cuda"):
-        schedules.realize(nodes)
+        schedule_cache.realize(nodes)
     else:
         _interpret(nodes)
 

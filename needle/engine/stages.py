@@ -15,18 +15,18 @@ from ..codegen import cuda
 from ..compiler.schedule import plan
 from ..ir import printer
 from ..ir.nodes import toposort
-from . import schedules
+from . import schedule_cache
 
 
 def dump(outputs, stage: str) -> str:
-    target = schedules.target_for("cuda" if stage == "cuda" else "cpu")
+    target = schedule_cache.target_for("cuda" if stage == "cuda" else "cpu")
     schedule, fused = plan(outputs, target)
     if stage == "fused":
         return fused_text(fused)
     if stage == "kernels":
         return "\n\n".join(c.kernel.text() for c in schedule.calls)
     if stage == "llvm":
-        return "\n".join(schedules.kernel_code(c.kernel, target) for c in schedule.calls)
+        return "\n".join(schedule_cache.kernel_code(c.kernel, target) for c in schedule.calls)
     if stage == "cuda":
         return cuda.render_module([c.kernel for c in schedule.calls], bounds_check=target.bounds_check)
     raise ValueError(f"unknown stage {stage!r}")
@@ -63,7 +63,7 @@ def fused_text(fused) -> str:
 
 def kernel_clusters(outputs) -> tuple:
     """(order, num, clusters) of the folded graph for drawing fused kernels."""
-    _, fused = plan(outputs, schedules.cpu_target())
+    _, fused = plan(outputs, schedule_cache.cpu_target())
     order = toposort(fused.folded.outputs)
     num = printer.numbering(order)
     clusters = {}

@@ -92,10 +92,10 @@ class Profile:
             _active = None
 
     def _install(self) -> None:
-        from ..engine import schedules
+        from ..engine import schedule_cache
         from ..runtime import cpu, cuda
-        for device, module, cache in (("cpu()", cpu, schedules.CACHES["cpu"]),
-                                      ("cuda()", cuda, schedules.CACHES["cuda"])):
+        for device, module, cache in (("cpu()", cpu, schedule_cache.CACHES["cpu"]),
+                                      ("cuda()", cuda, schedule_cache.CACHES["cuda"])):
             module.KERNEL_TIMER = self._make_timer(device)
             cache.get = self._make_get(cache, device)
             self._caches.append((module, cache))

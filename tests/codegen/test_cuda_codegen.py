@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle.engine.schedules import cpu_target, cuda_target  # noqa: F401
+from needle.engine.schedule_cache import cpu_target, cuda_target  # noqa: F401
 from needle.codegen import cuda as cuda_codegen
 from needle.codegen import kernel_ir as K
 from needle.compiler import schedule as scheduling

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle.engine.schedules import cpu_target, cuda_target  # noqa: F401
+from needle.engine.schedule_cache import cpu_target, cuda_target  # noqa: F401
 from needle.backend_ndarray.ndarray import NDArray
 from needle.compiler import schedule as scheduling
 from needle.ir import reference

@@ -11,7 +11,7 @@ import pytest
 
 import needle as ndl
 from needle import config, nn, optim
-from needle.engine import schedules
+from needle.engine import schedule_cache
 
 from cuda_emulation import fake_pycuda
 from cuda_emulation.gpu import gpu, pytestmark  # noqa: F401  (the fixture and its skip)
@@ -51,7 +51,7 @@ def test_lazy_graph_matches_cpu_and_is_cached(gpu):
     again = program(ndl.cuda())
     ndl.realize(*again)
     assert runtime.stats()["schedule_cache_hits"] >= 1
-    schedules.clear()
+    schedule_cache.clear()
     gpu._modules.clear()  # a new process: the compiled module comes from the disk cache
     third = program(ndl.cuda())
     ndl.realize(*third)

@@ -17,7 +17,7 @@ import pytest
 import needle as ndl
 from needle.codegen import kernel_ir as K
 from needle.codegen import llvm
-from needle.engine.schedules import cpu_target
+from needle.engine.schedule_cache import cpu_target
 from needle.runtime import jit
 
 WIDTHS = (1, 8, 16)  # scalar loop, AVX2, AVX-512

@@ -12,7 +12,7 @@ import needle as ndl
 import needle.runtime as rt
 from needle import nn, ops
 from needle.compiler.schedule import plan
-from needle.engine.schedules import cpu_target
+from needle.engine.schedule_cache import cpu_target
 from needle.ir.printer import output_nodes
 
 CPU = ndl.cpu()

@@ -10,7 +10,7 @@ import needle as ndl
 from needle import config
 from needle.backend_ndarray.ndarray import NDArray
 from needle.compiler.schedule import plan
-from needle.engine.schedules import cpu_target
+from needle.engine.schedule_cache import cpu_target
 from needle.errors import DTypeError, ShapeError
 from needle.ir import build, reference
 from needle.ir.nodes import toposort

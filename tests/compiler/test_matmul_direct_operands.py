@@ -8,7 +8,7 @@ import needle as ndl
 from needle import ops
 from needle.compiler import matmul_tiling
 from needle.compiler.schedule import plan
-from needle.engine.schedules import cpu_target
+from needle.engine.schedule_cache import cpu_target
 from needle.ir.printer import output_nodes
 
 

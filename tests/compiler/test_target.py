@@ -9,7 +9,7 @@ import pytest
 
 import needle as ndl
 from needle.compiler.schedule import plan, structure
-from needle.engine import schedules
+from needle.engine import schedule_cache
 from needle.ir.printer import output_nodes
 
 FLOATS_PER_TILE = {64: 8 * 2 * 16, 32: 6 * 2 * 8, 16: 6 * 2 * 4}  # MR * NR, float32
@@ -26,7 +26,7 @@ def matmul_nodes(rng):
 @pytest.mark.parametrize("vector_bytes", [64, 32, 16])
 def test_matmul_tiles_follow_the_target_not_the_host(vector_bytes):
     nodes, _, _ = matmul_nodes(np.random.default_rng(0))
-    target = schedules.cpu_target().with_vector_bytes(vector_bytes)
+    target = schedule_cache.cpu_target().with_vector_bytes(vector_bytes)
     schedule, _ = plan(nodes, target)
     macro = schedule.calls[-1].kernel
     assert macro.name.startswith("M_")
@@ -36,14 +36,14 @@ def test_matmul_tiles_follow_the_target_not_the_host(vector_bytes):
 
 @pytest.mark.parametrize("vector_bytes", [64, 32, 16])
 def test_a_plan_for_a_narrower_target_runs_on_this_host(vector_bytes):
-    host = schedules.cpu_target()
+    host = schedule_cache.cpu_target()
     target = host.with_vector_bytes(vector_bytes)
     if not target.can_run_on(host):
         pytest.skip(f"this host cannot execute {vector_bytes}-byte SIMD code")
     nodes, a, b = matmul_nodes(np.random.default_rng(1))
     signature = structure(nodes)
     schedule, _ = plan(nodes, target, signature)
-    compiled = schedules.compile(schedule, target)
+    compiled = schedule_cache.compile(schedule, target)
     (out,) = compiled.run(signature.leaves, signature.scalars, ndl.cpu())
     want = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
     # float32 dot products of 300 terms: error below 300 * eps * sum|a_ik b_kj|
@@ -52,7 +52,7 @@ def test_a_plan_for_a_narrower_target_runs_on_this_host(vector_bytes):
 
 
 def test_narrower_targets_turn_off_wider_features():
-    host = schedules.cpu_target()
+    host = schedule_cache.cpu_target()
     avx2 = host.with_vector_bytes(32)
     assert "+avx512f" not in avx2.features.split(",")
     assert avx2.can_run_on(host) or "+avx2" not in host.features

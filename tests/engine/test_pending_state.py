@@ -13,7 +13,7 @@ from needle import nn, optim
 from needle.autograd import is_pending
 from needle.ir.nodes import toposort
 from needle import engine
-from needle.engine import schedules
+from needle.engine import schedule_cache
 
 
 @pytest.fixture(autouse=True)
@@ -158,8 +158,8 @@ def mlp_step_counting_matmuls(monkeypatch, read_loss_first: bool):
     model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 5))
     opt = optim.SGD(model.parameters(), lr=0.1)
     x, y = batch(rng)
-    matmuls, original = [], schedules.realize
-    monkeypatch.setattr(schedules, "realize",
+    matmuls, original = [], schedule_cache.realize
+    monkeypatch.setattr(schedule_cache, "realize",
                         lambda nodes: (matmuls.append(sum(n.op == "matmul" for n in toposort(nodes))),
                                        original(nodes))[1])
     loss = nn.SoftmaxLoss()(model(x), y)

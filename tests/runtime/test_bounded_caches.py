@@ -11,7 +11,7 @@ import pytest
 import needle as ndl
 import needle.runtime as rt
 from needle import config, nn, optim
-from needle.engine import schedules
+from needle.engine import schedule_cache
 from needle.runtime import jit
 from needle.runtime.lru import LRUCache
 from needle.runtime.pool import BufferPool
@@ -21,14 +21,14 @@ from needle.runtime.pool import BufferPool
 @pytest.fixture
 def limits(monkeypatch):
     """Set cache limits for one test (restored afterwards, caches cleared)."""
-    schedules.clear()  # limits apply as entries are added
+    schedule_cache.clear()  # limits apply as entries are added
     jit._compiled.clear()
 
     def set_limits(**values):
         for name, value in values.items():
             monkeypatch.setattr(config, name, value)
     yield set_limits
-    schedules.clear()
+    schedule_cache.clear()
 
 
 def test_lru_evicts_least_recently_used_by_count_and_bytes():
@@ -79,7 +79,7 @@ def test_schedule_and_kernel_caches_stay_within_their_counts(limits):
         before = rt.stats()
         distinct_graphs(6)
         after = rt.stats()
-    assert len(schedules.CACHES['cpu'].entries) <= 3
+    assert len(schedule_cache.CACHES['cpu'].entries) <= 3
     assert len(jit._compiled) <= 2
     assert after["schedule_evictions"] - before["schedule_evictions"] >= 3
     assert after["kernel_evictions"] - before["kernel_evictions"] >= 4

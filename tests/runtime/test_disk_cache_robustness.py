@@ -45,7 +45,7 @@ def graph(i):
 
 rt.reset_stats()
 ok = all([graph(i) for i in range(n)])
-ndl.engine.schedules.clear()
+ndl.engine.schedule_cache.clear()
 ok &= graph(0)  # the passes run again; its kernels come from the in-memory cache
 print(json.dumps({"stats": rt.stats(), "ok": ok, "warnings": caught}))
 """

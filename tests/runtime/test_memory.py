@@ -12,7 +12,7 @@ import needle as ndl
 import needle.autograd as autograd
 import needle.runtime as rt
 from needle import nn, optim
-from needle.engine import schedules
+from needle.engine import schedule_cache
 from needle.runtime.pool import POOL
 
 STEPS, WARMUP = 2000, 200
@@ -29,7 +29,7 @@ def rss_bytes() -> int:
 def snapshot() -> dict:
     gc.collect()
     return {"tensors": autograd.TENSOR_COUNTER, "pool_allocations": POOL.allocations,
-            "pool_idle": POOL.idle_bytes, "schedules": len(schedules.CACHES['cpu'].entries),
+            "pool_idle": POOL.idle_bytes, "schedules": len(schedule_cache.CACHES['cpu'].entries),
             "kernels_compiled": rt.stats()["kernels_compiled"], "rss": rss_bytes()}
 
 

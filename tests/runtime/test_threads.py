@@ -8,7 +8,7 @@ import needle as ndl
 from needle import config
 from needle.backend_ndarray.ndarray import NDArray
 from needle.ir import build
-from needle.engine import schedules
+from needle.engine import schedule_cache
 from needle.runtime import cpu as cpu_runtime
 from needle.runtime import jit
 
@@ -38,7 +38,7 @@ def run_with(monkeypatch, threads, make, *arrays):
     """(values, whether each kernel was split across threads)."""
     monkeypatch.setattr(config, "THREADS", threads)
     node = make(*arrays)
-    entry, _, _ = schedules.compiled_schedule([node])
+    entry, _, _ = schedule_cache.compiled_schedule([node])
     flags = list(entry.threaded)
     return node.numpy(), flags
 

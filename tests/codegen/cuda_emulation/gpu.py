@@ -7,7 +7,7 @@ import contextlib
 import pytest
 
 from needle import config
-from needle.engine import schedules
+from needle.engine import schedule_cache
 
 from . import fake_pycuda, harness
 
@@ -31,14 +31,14 @@ def cuda_runtime():
         return
     saved, old = fake_pycuda.install(), dict(rt._state)
     rt._state.clear()
-    schedules.clear()
+    schedule_cache.clear()
     rt._modules.clear()
     try:
         yield rt
     finally:
         rt._state.clear()
         rt._state.update(old)
-        schedules.clear()
+        schedule_cache.clear()
         rt._modules.clear()
         rt.POOL.clear()
         fake_pycuda.uninstall(saved)
