@@ -38,7 +38,7 @@ import math
 from ..codegen import kernel_ir as K
 from .kernel_exprs import unravel, unravel_lets
 from .lowering import combine, domain_index, identity, linear, nest_loops, reduce_loops
-from .matmul_tiling import epilogue_index, naive
+from .matmul_tiling import epilogue, naive
 from .views import View
 
 BLOCK = 256             # threads per block for every kernel
@@ -217,7 +217,7 @@ def matmul(low) -> K.Kernel:
     tiles_m, tiles_n = -(-M // BM), -(-N // BN)
     per_batch = tiles_m * tiles_n
     dtype = m.dtype
-    q, t, bt = K.Var("q"), K.Var("t"), K.Var("bt")
+    q, t, bt = K.Var("q"), K.Var("t"), K.Var("bt") if BT > 1 else K.Const(0)
     m0, n0, k0 = K.Var("m0"), K.Var("n0"), K.Var("k0")
     tx, ty = K.Var("tx"), K.Var("ty")
     bidx = unravel(bt, batch)
@@ -263,12 +263,8 @@ def matmul(low) -> K.Kernel:
     out = low.buffer(low.slot_of(g.root), g.root.dtype, "out")
     low.matmul_value = K.Load("acc", acc_at, dtype)
     row, col = K.Var("row"), K.Var("col")
-    # the root may be the matmul reshaped (conv's (N*Ho*Wo, O) read as (N, Ho, Wo, O)):
-    # index it as the CPU lowering does, never with the matmul's own (row, col)
-    at = epilogue_index(m, g.root, bt, row, col)
-    value = low.matmul_value if g.root is m else low.gen(g.root, at)
-    store = K.If(K.land(lt(row, M), lt(col, N)), [
-        K.Store(out, linear(at, View.contiguous(g.root.shape).strides, 0), value)])
+    at = K.affine([(bt, M * N), (row, N), (col, 1)])
+    store = K.If(K.land(lt(row, M), lt(col, N)), [K.Store(out, at, epilogue(low, bt, row, col))])
     write = K.Loop("i", TM, [K.Loop("j", TN, [
         K.Let("row", K.affine([(m0, 1), (ty, 1), (i, TY)])),
         K.Let("col", K.affine([(n0, 1), (tx, 1), (j, TX)])), store], "unroll")], "unroll")

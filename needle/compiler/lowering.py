@@ -102,7 +102,7 @@ class Lowering:
             return self.gen(node.srcs[0], index)
         if op == "gather":
             axis, srcs = node.arg, node.srcs
-            k, i_ndim = len(srcs) - 1, srcs[1].ndim
+            i_ndim = srcs[1].ndim
             picked = tuple(self.index_value(ix, index[axis:axis + i_ndim], srcs[0].shape[axis + d])
                            for d, ix in enumerate(srcs[1:]))
             return self.gen(srcs[0], index[:axis] + picked + index[axis + i_ndim:])
