@@ -42,9 +42,7 @@ def binary(op, a, b):
 
 def binary_scalar(op, a, scalar, reverse):
     def node(x):
-        # a power's exponent is part of the program, as in lazy mode (x ** 0.5 is sqrt)
-        make = build.const if op == "pow" and not reverse else build.param
-        s = make(scalar, x.shape, x.dtype, x.device)
+        s = build.scalar(scalar, x.shape, x.dtype, x.device, exponent=op == "pow" and not reverse)
         return build.elementwise(op, s, x) if reverse else build.elementwise(op, x, s)
     return _run(node, a)
 

@@ -52,6 +52,19 @@ def param(value, shape, dtype, device) -> Node:
     return _new("param", (), Scalar(_scalar(value, dtype)), shape, dtype_name(dtype), device)
 
 
+#: scalars baked into kernels; any other Python scalar is a run-time `param`, so that
+#: a learning rate or a bias correction that changes every step reuses the kernel
+BAKED = (0, 1, -1, 2, 0.5)
+
+
+def scalar(value, shape, dtype, device, exponent: bool = False) -> Node:
+    """A Python scalar operand, by the one policy every mode follows: a power's
+    exponent (x**2 becomes x*x, x**0.5 sqrt) and the common values in BAKED are
+    part of the program (`const`); any other value is a run-time `param`."""
+    baked = exponent or (value in BAKED and not isinstance(value, RuntimeScalar))
+    return (const if baked else param)(value, shape, dtype, device)
+
+
 def _scalar(value, dtype):
     dtype = dtype_name(dtype)
     if isinstance(value, RuntimeScalar) and is_float(dtype):

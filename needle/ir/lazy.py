@@ -17,7 +17,7 @@ from ..dtypes import dtype_name
 from ..errors import DTypeError, DeviceError, ShapeError, fmt_shape
 from ..shapes import broadcast_shapes, infer_reshape, matmul_shapes, normalize_axes
 from . import build
-from .nodes import Node, RuntimeScalar
+from .nodes import Node
 
 
 def as_lazy(x) -> "LazyArray":
@@ -29,11 +29,6 @@ def as_lazy(x) -> "LazyArray":
     raise DTypeError(f"cannot use {type(x).__name__} in a lazy graph; expected a Tensor or an NDArray")
 
 
-#: scalars baked into kernels; any other Python scalar is a run-time `param`, so that
-#: a learning rate or a bias correction that changes every step reuses the kernel
-_BAKED = (0, 1, -1, 2, 0.5)
-
-
 #: `HOST_READ(what)` before a lazy array is read back to the host, or None; set by
 #: needle.jit while it captures a step (a replay cannot repeat a read)
 HOST_READ = None
@@ -41,11 +36,6 @@ HOST_READ = None
 #: `REALIZE(nodes)` computes pending nodes: the engine's realize_nodes, installed by
 #: needle.engine (an IR node never computes itself; the engine is the one door)
 REALIZE = None
-
-
-def _baked(x) -> bool:
-    """Whether scalar `x` becomes a constant in the kernel (else a run-time param)."""
-    return x in _BAKED and not isinstance(x, RuntimeScalar)
 
 
 def _scalar(x) -> bool:
@@ -69,8 +59,7 @@ class LazyArray(Node, ArrayOperators):
                 raise DeviceError(f"{op}: operands on different devices ({self.device} and {other.device})")
             return build.buffer(other)
         if _scalar(other):
-            make = build.const if _baked(other) else build.param
-            return make(other, self.shape, self.dtype, self.device)
+            return build.scalar(other, self.shape, self.dtype, self.device)
         raise TypeError(f"{op}: unsupported operand {type(other).__name__}")
 
     def _binary(self, op: str, other, reverse: bool = False) -> "LazyArray":
@@ -88,7 +77,8 @@ class LazyArray(Node, ArrayOperators):
 
     def __pow__(self, other):
         if _scalar(other):  # the exponent is part of the program (x**2 -> x*x)
-            return build.elementwise("pow", self, build.const(other, self.shape, self.dtype, self.device))
+            return build.elementwise("pow", self, build.scalar(other, self.shape, self.dtype, self.device,
+                                                               exponent=True))
         return self._binary("pow", other)
 
     def astype(self, dtype) -> "LazyArray":
@@ -215,8 +205,7 @@ class LazyArray(Node, ArrayOperators):
         target = tuple(len(range(*ix)) for ix in index)
         view_shape = _final_shape(target, drop, new_axes)
         if _scalar(value):
-            make = build.const if _baked(value) else build.param
-            value = make(value, view_shape, self.dtype, self.device)
+            value = build.scalar(value, view_shape, self.dtype, self.device)
         elif isinstance(value, (LazyArray, NDArray)):
             value = as_lazy(value)
         else:
