@@ -1,5 +1,5 @@
 """Shape rules, written once: strides of compact arrays, numpy broadcasting,
-batched matmul shapes, reshape inference and axis normalization.  A leaf module
+batched matmul shapes, reshape inference, axis normalization and basic indexing.  A leaf module
 (it imports only the errors it raises), so storage, the IR, the compiler and the
 frontend all use the same rules and report the same errors."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from .errors import AxisError, ShapeError, fmt_shape
+from .errors import AxisError, IndexingError, ShapeError, fmt_shape
 
 
 def prod(xs) -> int:
@@ -123,3 +123,59 @@ def normalize_axes(op: str, axes, ndim: int, shape=None) -> tuple:
             raise AxisError(f"{op}: axis {a} is repeated in {tuple(axes)}")
         out.append(a)
     return tuple(sorted(out))
+
+
+def basic_index(op: str, shape, idxs) -> tuple:
+    """numpy's basic indexing (ints, slices, None, one ...) checked against `shape`,
+    with errors that name `op` and the shape: (ranges, drop, new_axes, items) —
+    per axis of `shape` its (start, stop, step) as `slice.indices` gives them, the
+    axes an int removes, the positions in the result where None inserts an axis,
+    and the index itself with ints made non-negative (... kept)."""
+    if not isinstance(idxs, tuple):
+        idxs = (idxs,)
+    where = f"for shape {fmt_shape(shape)}"
+    if sum(1 for i in idxs if i is Ellipsis) > 1:
+        raise IndexingError(f"{op}: an index can have only one ellipsis (...), got {idxs} {where}")
+    n_real = sum(1 for i in idxs if i is not None and i is not Ellipsis)
+    if n_real > len(shape):
+        raise IndexingError(f"{op}: too many indices ({n_real}) {where}")
+    ranges, drop, new_axes, items, out_pos = [], [], [], [], 0
+    for i in idxs:
+        if i is Ellipsis:
+            for _ in range(len(shape) - n_real):
+                ranges.append((0, shape[len(ranges)], 1))
+            out_pos += len(shape) - n_real
+            items.append(i)
+        elif i is None:
+            new_axes.append(out_pos)
+            out_pos += 1
+            items.append(i)
+        elif isinstance(i, slice):
+            if any(p is not None and not hasattr(p, "__index__") for p in (i.start, i.stop, i.step)):
+                raise IndexingError(f"{op}: slice bounds must be integers, got {i} {where}")
+            if i.step == 0:
+                raise IndexingError(f"{op}: slice step cannot be zero ({i} {where})")
+            ranges.append(i.indices(shape[len(ranges)]))
+            out_pos += 1
+            items.append(i)
+        elif hasattr(i, "__index__") and not isinstance(i, bool):
+            axis, n, k = len(ranges), shape[len(ranges)], int(i)
+            if not -n <= k < n:
+                raise IndexingError(f"{op}: index {k} is out of bounds for axis {axis} of shape {fmt_shape(shape)}")
+            drop.append(axis)
+            ranges.append((k % n, k % n + 1, 1))
+            items.append(k % n)
+        else:
+            raise IndexingError(f"{op}: only ints, slices, None and ... are supported, got "
+                                f"{type(i).__name__} {where}")
+    ranges += [(0, n, 1) for n in shape[len(ranges):]]
+    return tuple(ranges), tuple(drop), tuple(new_axes), tuple(items)
+
+
+def indexed_shape(ranges, drop, new_axes) -> tuple:
+    """The shape `basic_index`'s result has."""
+    kept = [len(range(*r)) for axis, r in enumerate(ranges) if axis not in drop]
+    for pos in new_axes:
+        kept.insert(pos, 1)
+    return tuple(kept)
+

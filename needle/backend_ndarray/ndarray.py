@@ -7,7 +7,6 @@ format and the kernels (numpy for `cpu_numpy()`, compiled code for `cpu()`).
 """
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
@@ -17,8 +16,8 @@ from .course_api import as_buffer
 from .device_identity import DeviceIdentity
 from .operators import ArrayOperators
 from ..errors import AxisError, DeviceError, DTypeError, IndexingError, NeedleError, ShapeError, fmt_shape
-from ..shapes import (broadcast_shapes, compact_strides, infer_reshape, matmul_shapes, normalize_axes, prod,
-                      reshape_strides)
+from ..shapes import (basic_index, broadcast_shapes, compact_strides, infer_reshape, matmul_shapes,
+                      normalize_axes, prod, reshape_strides)
 
 
 #: the device of arrays made without one: cpu(), set by devices.py (which defines it)
@@ -171,46 +170,18 @@ class NDArray(ArrayOperators):
 
     def _index_view(self, idxs) -> "NDArray":
         """numpy basic indexing: ints (drop the axis), slices with steps, None, Ellipsis."""
-        if not isinstance(idxs, tuple):
-            idxs = (idxs,)
-        n_real = sum(1 for i in idxs if i is not None and i is not Ellipsis)
-        if sum(1 for i in idxs if i is Ellipsis) > 1:
-            raise IndexingError(f"getitem: an index can only have a single ellipsis ('...'), "
-                                f"shape {fmt_shape(self.shape)}")
-        if n_real > self.ndim:
-            raise IndexingError(f"getitem: too many indices ({n_real}) for NDArray of shape {fmt_shape(self.shape)}")
-        expanded = []
-        for i in idxs:
-            if i is Ellipsis:
-                expanded.extend([slice(None)] * (self.ndim - n_real))
-            else:
-                expanded.append(i)
-        if not any(i is Ellipsis for i in idxs):
-            expanded.extend([slice(None)] * (self.ndim - n_real))
-        shape, strides, offset, axis = [], [], self._offset, 0
-        for i in expanded:
-            if i is None:
-                shape.append(1)
-                strides.append(0)
-                continue
-            n, st = self._shape[axis], self._strides[axis]
-            if isinstance(i, slice):
-                start, stop, step = i.indices(n)
-                length = len(range(start, stop, step))
-                if length > 0:
-                    offset += start * st
+        ranges, drop, new_axes, _ = basic_index("getitem", self._shape, idxs)
+        shape, strides, offset = [], [], self._offset
+        for axis, ((start, stop, step), st) in enumerate(zip(ranges, self._strides)):
+            length = len(range(start, stop, step))
+            if length:
+                offset += start * st
+            if axis not in drop:
                 shape.append(length)
                 strides.append(st * step)
-            elif isinstance(i, numbers.Integral) or hasattr(i, "__index__"):
-                k = int(i)
-                if not -n <= k < n:
-                    raise IndexingError(f"getitem: index {k} is out of bounds for axis {axis} of shape "
-                                        f"{fmt_shape(self.shape)}")
-                offset += (k % n) * st
-            else:
-                raise IndexingError(f"getitem: NDArray indices must be ints, slices, None or ...; got "
-                                    f"{type(i).__name__} for shape {fmt_shape(self.shape)}")
-            axis += 1
+        for pos in new_axes:
+            shape.insert(pos, 1)
+            strides.insert(pos, 0)
         if prod(shape) == 0:
             offset = self._offset  # an empty view reads nothing; its offset must stay inside the buffer
         return self._view(tuple(shape), tuple(strides), offset)

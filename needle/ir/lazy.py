@@ -15,7 +15,7 @@ from ..backend_ndarray.ndarray import NDArray
 from ..backend_ndarray.operators import ArrayOperators
 from ..dtypes import dtype_name
 from ..errors import DTypeError, DeviceError, ShapeError, fmt_shape
-from ..shapes import broadcast_shapes, infer_reshape, matmul_shapes, normalize_axes
+from ..shapes import basic_index, broadcast_shapes, indexed_shape, infer_reshape, matmul_shapes, normalize_axes
 from . import build
 from .nodes import Node
 
@@ -145,7 +145,7 @@ class LazyArray(Node, ArrayOperators):
         return build.window(self, (1, 2), kernel, step)
 
     def __getitem__(self, idxs) -> "LazyArray":
-        index, drop, new_axes = _basic_index(self.shape, idxs)
+        index, drop, new_axes, _ = basic_index("getitem", self.shape, idxs)
         x = build.flip(self, [i for i, (_, _, st) in enumerate(index) if st < 0])
         bounds, steps = [], []
         for n, (start, stop, step) in zip(self.shape, index):
@@ -154,11 +154,11 @@ class LazyArray(Node, ArrayOperators):
             bounds.append((first, first + (length - 1) * abs(step) + 1) if length else (0, 0))
             steps.append(abs(step))
         x = build.stride(build.shrink(x, bounds), steps)
-        return build.reshape(x, _final_shape(x.shape, drop, new_axes))
+        return build.reshape(x, indexed_shape(index, drop, new_axes))
 
     def scatter(self, shape, idxs) -> "LazyArray":
         """Zeros of `shape` holding self at basic index `idxs` (getitem's adjoint)."""
-        index, drop, new_axes = _basic_index(tuple(shape), idxs)
+        index, _, _, _ = basic_index("scatter", tuple(shape), idxs)
         piece_shape = tuple(len(range(*ix)) for ix in index)
         piece = build.reshape(self, piece_shape)
         flips, placed = [], []
@@ -201,9 +201,7 @@ class LazyArray(Node, ArrayOperators):
         if self.consumed:
             raise ValueError("setitem: this lazy array was already read by another op, which must keep seeing "
                              "the old value; write into it before reading it, or write into a copy (x = x * 1)")
-        index, drop, new_axes = _basic_index(self.shape, idxs)
-        target = tuple(len(range(*ix)) for ix in index)
-        view_shape = _final_shape(target, drop, new_axes)
+        view_shape = indexed_shape(*basic_index("setitem", self.shape, idxs)[:3])
         if _scalar(value):
             value = build.scalar(value, view_shape, self.dtype, self.device)
         elif isinstance(value, (LazyArray, NDArray)):
@@ -234,46 +232,6 @@ class LazyArray(Node, ArrayOperators):
 
     def __repr__(self) -> str:
         return f"LazyArray({self.op}, {self.type_str()}, device={self.device})"
-
-
-def _basic_index(shape, idxs):
-    """Normalize a basic index: per real axis (start, stop, step) from slice.indices,
-    the axes indexed by an int (to drop), and where None inserts new axes."""
-    if not isinstance(idxs, tuple):
-        idxs = (idxs,)
-    n_real = sum(1 for i in idxs if i is not None and i is not Ellipsis)
-    if n_real > len(shape):
-        raise IndexError(f"getitem: too many indices ({n_real}) for shape {fmt_shape(shape)}")
-    index, drop, new_axes, out_pos = [], [], [], 0
-    expanded = []
-    for i in idxs:
-        expanded.extend([slice(None)] * (len(shape) - n_real) if i is Ellipsis else [i])
-    if not any(i is Ellipsis for i in idxs):
-        expanded.extend([slice(None)] * (len(shape) - n_real))
-    for i in expanded:
-        if i is None:
-            new_axes.append(out_pos)
-            out_pos += 1
-            continue
-        n = shape[len(index)]
-        if isinstance(i, slice):
-            index.append(i.indices(n))
-            out_pos += 1
-        else:
-            k = int(i)
-            if not -n <= k < n:
-                raise IndexError(f"getitem: index {k} is out of bounds for axis {len(index)} with size {n}")
-            k %= n
-            drop.append(len(index))
-            index.append((k, k + 1, 1))
-    return tuple(index), tuple(drop), tuple(new_axes)
-
-
-def _final_shape(shape, drop, new_axes) -> tuple:
-    kept = [s for i, s in enumerate(shape) if i not in drop]
-    for pos in new_axes:
-        kept.insert(pos, 1)
-    return tuple(kept)
 
 
 build.NODE_TYPE = LazyArray

@@ -7,8 +7,8 @@ import numbers
 from .. import array_api as A
 from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
 from ..dtypes import require_same
-from ..errors import ArgumentError, AxisError, DeviceError, IndexingError, ShapeError, fmt_shape
-from ..shapes import normalize_axes
+from ..errors import ArgumentError, AxisError, DeviceError, ShapeError, fmt_shape
+from ..shapes import basic_index, normalize_axes
 from .ops_tuple import _as_tuple, make_tuple
 
 
@@ -102,40 +102,7 @@ def pad(a, axes):
 def _normalize_index(idxs, shape) -> tuple:
     """Check a basic index (ints, slices, None, ...) against `shape` up front so that
     errors name getitem and the shape; ints are made non-negative."""
-    if not isinstance(idxs, tuple):
-        idxs = (idxs,)
-    where = f"for shape {fmt_shape(shape)}"
-    if sum(1 for i in idxs if i is Ellipsis) > 1:
-        raise IndexingError(f"getitem: an index can have only one ellipsis (...), got {idxs} {where}")
-    n_real = sum(1 for i in idxs if i is not None and i is not Ellipsis)
-    if n_real > len(shape):
-        raise IndexingError(f"getitem: too many indices ({n_real}) {where}")
-    out, axis = [], 0
-    for i in idxs:
-        if i is Ellipsis:
-            out.append(i)
-            axis += len(shape) - n_real
-        elif i is None:
-            out.append(i)
-        elif isinstance(i, slice):
-            for part in (i.start, i.stop, i.step):
-                if part is not None and not isinstance(part, numbers.Integral):
-                    raise IndexingError(f"getitem: slice bounds must be integers, got {i} {where}")
-            if i.step == 0:
-                raise IndexingError(f"getitem: slice step cannot be zero ({i} {where})")
-            out.append(i)
-            axis += 1
-        elif isinstance(i, numbers.Integral) and not isinstance(i, bool):
-            n = shape[axis]
-            if not -n <= i < n:
-                raise IndexingError(f"getitem: index {i} is out of bounds for axis {axis} of shape "
-                                    f"{fmt_shape(shape)}")
-            out.append(int(i) % n)
-            axis += 1
-        else:
-            raise IndexingError(f"getitem: only ints, slices, None and ... are supported, got "
-                                f"{type(i).__name__} {where}")
-    return tuple(out)
+    return basic_index("getitem", shape, idxs)[3]
 
 
 def _same_dtypes_and_devices(op: str, parts) -> None:
