@@ -77,7 +77,7 @@ def target_for(device_name: str) -> Target:
 
 def _compile_cpu(schedule, target: Target):
     kernels = jit.compile_kernels([c.kernel for c in schedule.calls], target, llvm_codegen)
-    return cpu.CompiledSchedule(schedule, kernels, target.threads)
+    return cpu.CompiledSchedule(schedule, kernels, target.threads, target.bounds_check)
 
 
 def _compile_cuda(schedule, target: Target):

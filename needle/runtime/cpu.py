@@ -1,25 +1,23 @@
-"""Runs compiled schedules on the CPU.
-
-`CompiledSchedule.run` binds a graph's leaf buffers and run-time scalars to the
-schedule's slots, allocates the outputs, takes temps from the buffer pool and
-launches every kernel (split across threads with libgomp when it pays).
+"""Runs compiled schedules on the CPU: the host side of the one runner
+(runner.ScheduleRunner) — host buffers, the buffer pool, argument tables gathered
+with numpy, and launches through ctypes (split across threads with libgomp when
+it pays).
 """
 from __future__ import annotations
 
 import ctypes
-import math
 import threading
 import time
 
 import numpy as np
 
-from .. import config
 from ..backend_ndarray.ndarray import NDArray
-from ..dtypes import np_dtype
+from ..dtypes import DTYPES
 from ..errors import BoundsError
-from . import counters, jit
+from . import jit
 from .lru import ENTRY_BYTES_PER_CALL
 from .pool import POOL
+from .runner import ScheduleRunner
 
 #: `timer(compiled_schedule, call_index, start, seconds)` after each launch, or None;
 #: set by needle.profiler only while a profile is active (no cost otherwise)
@@ -35,15 +33,16 @@ MIN_FLOPS_PER_THREAD = 1 << 22
 
 
 
-class CompiledSchedule:
+class CompiledSchedule(ScheduleRunner):
     """A schedule (compiler.schedule.Schedule) with its kernels compiled (`kernels`,
-    jit.CompiledKernel per call) and its slot tables precomputed; kernels that pay
-    for it run on `threads` threads."""
+    jit.CompiledKernel per call) and its argument tables precomputed; kernels that
+    pay for it run on `threads` threads."""
 
-    def __init__(self, schedule, kernels: list, threads: int):
-        self.schedule, self.kernels, self.threads = schedule, kernels, threads
-        self.n_slots = 1 + max([s for c in schedule.calls for s in c.slots] +
-                               [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
+    timer_of = staticmethod(lambda: KERNEL_TIMER)
+
+    def __init__(self, schedule, kernels: list, threads: int, bounds_check: bool):
+        super().__init__(schedule, bounds_check)
+        self.kernels, self.threads = kernels, threads
         width = max([len(c.slots) for c in schedule.calls] + [1])
         self.slot_matrix = np.zeros((len(schedule.calls), width), dtype=np.intp)
         for i, c in enumerate(schedule.calls):
@@ -52,9 +51,6 @@ class CompiledSchedule:
         self.param_matrix = np.zeros((len(schedule.calls), width), dtype=np.intp)
         for i, c in enumerate(schedule.calls):
             self.param_matrix[i, :len(c.params)] = c.params
-        self.outputs = [(slot, shape, np_dtype(dtype), np_dtype(dtype).name, math.prod(shape))
-                        for slot, shape, dtype in schedule.outputs]
-        self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
         self.tables, self.tables_free = _Args(self), threading.Lock()
         #: what this entry holds in memory, roughly (the schedule cache's byte bound)
@@ -68,63 +64,65 @@ class CompiledSchedule:
         self.launches = [(k, t.table_ptr + i * t.table_row, t.params_ptr + i * t.params_row, total, threaded, i)
                          for i, (k, total, threaded) in enumerate(zip(self.kernels, self.totals, self.threaded))]
 
-    def run(self, leaves, scalars, device) -> list:
-        # the schedule's own argument tables (pointers computed once), unless another
-        # thread is running this schedule right now
-        if self.tables_free.acquire(blocking=False):
-            try:
-                return self._run(leaves, scalars, device, self.tables)
-            finally:
-                self.tables_free.release()
-        return self._run(leaves, scalars, device, _Args(self))
+    # ---- the runner's hooks: host memory, ctypes and GOMP launches ----------------------
+    def take_args(self):
+        """The schedule's own tables (pointers computed once), unless another thread
+        is running this schedule right now."""
+        args = self.tables if self.tables_free.acquire(blocking=False) else _Args(self)
+        return args, args.ptrs
 
-    def _run(self, leaves, scalars, device, args: "_Args") -> list:
-        s = self.schedule
-        ptrs = args.ptrs
-        for i, leaf in enumerate(leaves):
-            handle = leaf._handle
-            ptrs[i] = address(handle) + leaf.offset * handle.itemsize
-        outputs, out_arrays = [], {}
-        for slot, shape, dtype, name, size in self.outputs:
-            arr = out_arrays.get(slot)
-            if arr is None:
-                arr = out_arrays[slot] = np.empty(max(size, 1), dtype=dtype)
-                ptrs[slot] = arr.ctypes.data
-            out = NDArray.make(shape, device=device, handle=arr if size else arr[:0], dtype=name)
-            _remember_address(out._handle, int(ptrs[slot]))  # read again when a later graph reads it
-            outputs.append(out)
-        temps = [POOL.acquire(n) for n in s.temp_bytes]
-        for slot, buf in self.temp_slots:
-            ptrs[slot] = temps[buf].ctypes.data
-        # every kernel's pointer list and parameters, gathered in one numpy operation each
-        np.take(ptrs, self.slot_matrix, out=args.table)
+    def give_args(self, args) -> None:
+        if args is self.tables:
+            self.tables_free.release()
+
+    def leaf_address(self, leaf) -> int:
+        handle = leaf._handle
+        return address(handle) + leaf.offset * handle.itemsize
+
+    def new_output(self, size, dtype):
+        array = np.empty(max(size, 1), dtype=DTYPES[dtype])
+        return (array if size else array[:0]), array.ctypes.data
+
+    def output_array(self, handle, shape, dtype, device, address) -> NDArray:
+        out = NDArray.make(shape, device=device, handle=handle, dtype=dtype)
+        _remember_address(out._handle, address)  # read again when a later graph reads it
+        return out
+
+    def acquire_temp(self, nbytes):
+        return POOL.acquire(nbytes)
+
+    def release_temp(self, temp) -> None:
+        POOL.release(temp)
+
+    def temp_address(self, temp) -> int:
+        return temp.ctypes.data
+
+    def temp_bytes(self, temp) -> int:
+        return temp.size
+
+    def prepare(self, args, scalars) -> None:
+        """Every kernel's pointer list and parameters, gathered in one numpy operation each."""
+        np.take(args.ptrs, self.slot_matrix, out=args.table)
         values = args.values
         for k, x in enumerate(scalars):
             values[k] = x.value
         np.take(values, self.param_matrix, out=args.params)
         args.err[0] = 0
-        timer = KERNEL_TIMER
-        timed = timer is not None or config.DEBUG >= 2
-        try:
-            if args is self.tables and not timed and not config.BOUNDS_CHECK:
-                _launch_all_of(self, args)
-                counters.add("kernels_launched", len(s.calls))
-                return outputs
-            for i, kernel in enumerate(self.kernels):
-                limits = _limits(s.calls[i], s, leaves, out_arrays, temps) if config.BOUNDS_CHECK else None
-                t0 = time.perf_counter() if timed else 0.0
-                _launch(kernel, args, i, self.totals[i], self.threaded[i], limits)
-                if timed:
-                    dt = time.perf_counter() - t0
-                    if config.DEBUG >= 2:
-                        print(f"  {kernel.name:<28} {dt * 1e6:9.1f} us  {'threads' if self.threaded[i] else ''}")
-                    if timer is not None:
-                        timer(self, i, t0, dt)
-        finally:
-            for t in temps:
-                POOL.release(t)
-        counters.add("kernels_launched", len(s.calls))
-        return outputs
+
+    def launch_all(self, args) -> bool:
+        if args is not self.tables:
+            return False
+        _launch_all_of(self, args)
+        return True
+
+    def launch(self, args, i, limits, timed):
+        t0 = time.perf_counter()
+        limits = np.asarray(limits, dtype=np.int64) if limits is not None else None
+        _launch(self.kernels[i], args, i, self.totals[i], self.threaded[i], limits)
+        return time.perf_counter() - t0 if timed else None
+
+    def call_note(self, i) -> str:
+        return "threads" if self.threaded[i] else ""
 
 
 def _launch_all_of(compiled, args) -> None:
@@ -177,23 +175,6 @@ class _Args:
         self.table_ptr, self.table_row = self.table.ctypes.data, self.table.strides[0]
         self.params_ptr, self.params_row = self.params.ctypes.data, self.params.strides[0]
         self.err_ptr = self.err.ctypes.data
-
-
-def _limits(call, s, leaves, out_arrays, temps):
-    """[lo, hi) in elements, relative to each buffer pointer, for bounds checking."""
-    from ..dtypes import itemsize
-    limits = []
-    for slot, buf in zip(call.slots, call.kernel.bufs):
-        kind = s.slot_kinds[slot]
-        if kind[0] == "leaf":
-            leaf = leaves[kind[1]]
-            lo, hi = -leaf.offset, leaf._handle.size - leaf.offset
-        elif kind[0] == "out":
-            lo, hi = 0, out_arrays[slot].size
-        else:
-            lo, hi = 0, temps[kind[1]].size // itemsize(buf.dtype)
-        limits += [lo, hi]
-    return np.asarray(limits, dtype=np.int64)
 
 
 def _launch(kernel, args: _Args, i: int, total: int, threads: int, limits) -> None:

@@ -1,0 +1,110 @@
+"""Running a compiled schedule, once for every device.
+
+`ScheduleRunner.run(leaves, scalars, device)` binds the graph's leaf buffers to
+the schedule's slots, allocates its outputs, takes its temps from the device's
+pool, hands the run-time scalars over, launches every call (timed for the
+profiler and NEEDLE_DEBUG=2, bounds-checked when the kernels were compiled so),
+and returns the outputs as NDArrays.  A device (runtime/cpu.py, runtime/cuda.py)
+supplies only what differs: how a buffer is addressed, allocated and pooled, and
+how a kernel is launched and timed.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+from .. import config
+from ..backend_ndarray.ndarray import NDArray
+from ..dtypes import itemsize
+from . import counters
+
+
+class ScheduleRunner:
+    """The run loop of a compiled schedule (compiler.schedule.Schedule).  A device
+    subclass implements the hooks below; `args` is the device's argument state for
+    one run (tables, flags), from `take_args` with `slots` (slot -> address, set by
+    item assignment: a numpy array or a dict), and back by `give_args`."""
+
+    #: the device's `timer(compiled, call_index, start, seconds)` (set by the profiler)
+    timer_of = staticmethod(lambda: None)
+
+    def __init__(self, schedule, bounds_check: bool):
+        self.schedule, self.bounds_check = schedule, bounds_check
+        self.outputs = [(slot, shape, dtype, math.prod(shape)) for slot, shape, dtype in schedule.outputs]
+        self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
+        self.n_slots = 1 + max([s for c in schedule.calls for s in c.slots] +
+                               [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
+
+    # ---- hooks ------------------------------------------------------------------------------
+    def take_args(self): raise NotImplementedError                      # -> (args, slots)
+    def give_args(self, args) -> None: pass
+    def leaf_address(self, leaf) -> int: raise NotImplementedError
+    def new_output(self, size: int, dtype: str): raise NotImplementedError   # (handle, address)
+    def output_array(self, handle, shape, dtype: str, device, address: int) -> NDArray: raise NotImplementedError
+    def acquire_temp(self, nbytes: int): raise NotImplementedError
+    def release_temp(self, temp) -> None: raise NotImplementedError
+    def temp_address(self, temp) -> int: raise NotImplementedError
+    def temp_bytes(self, temp) -> int: raise NotImplementedError
+    def prepare(self, args, scalars) -> None: pass                      # after every slot is bound
+    def launch_all(self, args) -> bool: return False                    # untimed, unchecked fast path
+    def launch(self, args, i: int, limits, timed: bool): raise NotImplementedError  # -> seconds if timed
+    def call_note(self, i: int) -> str: return ""
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def run(self, leaves, scalars, device) -> list:
+        args, slots = self.take_args()
+        try:
+            leaf_address = self.leaf_address
+            for i, leaf in enumerate(leaves):
+                slots[i] = leaf_address(leaf)
+            outputs, owned = [], {}
+            for slot, shape, dtype, size in self.outputs:
+                if slot not in owned:
+                    handle, address = self.new_output(size, dtype)
+                    owned[slot] = (handle, address, size)
+                    slots[slot] = address
+                handle, address, _ = owned[slot]
+                outputs.append(self.output_array(handle, shape, dtype, device, address))
+            temps = [self.acquire_temp(n) for n in self.schedule.temp_bytes]
+            try:
+                for slot, buf in self.temp_slots:
+                    slots[slot] = self.temp_address(temps[buf])
+                self.prepare(args, scalars)
+                self._launch_every(args, leaves, owned, temps)
+            finally:
+                for t in temps:
+                    self.release_temp(t)
+        finally:
+            self.give_args(args)
+        counters.add("kernels_launched", len(self.schedule.calls))
+        return outputs
+
+    def _launch_every(self, args, leaves, owned, temps) -> None:
+        timer = self.timer_of()
+        timed = timer is not None or config.DEBUG >= 2
+        if not timed and not self.bounds_check and self.launch_all(args):
+            return
+        for i, call in enumerate(self.schedule.calls):
+            limits = self._limits(call, leaves, owned, temps) if self.bounds_check else None
+            t0 = time.perf_counter()
+            seconds = self.launch(args, i, limits, timed)
+            if timed:
+                if config.DEBUG >= 2:
+                    print(f"  {call.kernel.name:<28} {seconds * 1e6:9.1f} us  {self.call_note(i)}")
+                if timer is not None:
+                    timer(self, i, t0, seconds)
+
+    def _limits(self, call, leaves, owned, temps) -> list:
+        """[lo, hi) in elements relative to each buffer pointer of `call` (for
+        bounds-checked kernels)."""
+        limits = []
+        for slot, buf in zip(call.slots, call.kernel.bufs):
+            kind, index = self.schedule.slot_kinds[slot]
+            if kind == "leaf":
+                leaf = leaves[index]
+                limits += [-leaf.offset, leaf._handle.size - leaf.offset]
+            elif kind == "out":
+                limits += [0, max(owned[slot][2], 1)]
+            else:
+                limits += [0, self.temp_bytes(temps[index]) // itemsize(buf.dtype)]
+        return limits
