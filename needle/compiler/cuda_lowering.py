@@ -46,6 +46,7 @@ WARP = 32
 #: matmul tiles (BM, BN, BK, TM, TN): 256 threads, each a TM x TN register block
 SMALL_TILE = (64, 64, 16, 4, 4)
 LARGE_TILE = (128, 128, 8, 8, 8)
+LARGE_TILE_SIDE, LARGE_TILE_OUTPUTS = 128, 256 * 256  # large tiles from this side and output count
 NAIVE_MATMUL = 32 ** 3  # below this many multiply-adds: one thread per output element
 COLUMNS_MAX_REDUCED = 32  # up to this reduced extent a thread per output beats a block per output
 SPLIT_MIN = 1 << 15     # a reduced extent at least this long, with few outputs, is split
@@ -211,7 +212,7 @@ def matmul(low) -> K.Kernel:
     BT, M, N, KD = math.prod(batch), m.shape[-2], m.shape[-1], a.shape[-1]
     if BT * M * N * KD <= NAIVE_MATMUL:
         return naive_matmul(low)
-    BM, BN, BK, TM, TN = LARGE_TILE if min(M, N) >= 128 and M * N * BT >= 256 * 256 else SMALL_TILE
+    BM, BN, BK, TM, TN = LARGE_TILE if min(M, N) >= LARGE_TILE_SIDE and M * N * BT >= LARGE_TILE_OUTPUTS else SMALL_TILE
     TX, TY = BN // TN, BM // TM
     threads = TX * TY
     tiles_m, tiles_n = -(-M // BM), -(-N // BN)

@@ -7,7 +7,9 @@ Modes of `check_forward`:
   "bounds"  lazy mode with config.BOUNDS_CHECK on (a BoundsError is a failure);
   "cuda"    lazy mode on cuda() with config.BOUNDS_CHECK on: the CUDA lowering and
             codegen, run by the GPU emulator (tests/codegen/cuda_emulation) unless a
-            real GPU is present; the caller holds `gpu.cuda_runtime()` around it.
+            real GPU is present; the caller holds `gpu.cuda_runtime()` around it;
+  "cuda-small"  the same with the CUDA lowering's size thresholds shrunk
+            (regressions/support.SMALL_THRESHOLDS; the caller sets them).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ CPU = ndl.cpu()
 @contextlib.contextmanager
 def _mode(mode: str):
     previous = config.BOUNDS_CHECK
-    config.BOUNDS_CHECK = mode in ("bounds", "cuda") or previous
+    config.BOUNDS_CHECK = mode == "bounds" or mode.startswith("cuda") or previous
     try:
         with ndl.lazy(mode != "eager"):
             yield
@@ -42,7 +44,7 @@ def _mode(mode: str):
 def run_needle(prog: Program, mode: str = "lazy") -> list:
     needle_fn, _ = compile_program(prog)
     with _mode(mode):
-        outs, _ = needle_fn(prog.inputs, ndl.cuda() if mode == "cuda" else CPU)
+        outs, _ = needle_fn(prog.inputs, ndl.cuda() if mode.startswith("cuda") else CPU)
         if prog.together:
             ndl.realize(*outs)
         return [o.numpy() for o in outs]
@@ -227,12 +229,13 @@ def _regression_body(prog: Program, mode: str, bounds: Bounds) -> str:
                 tol = tol.tolist()
             skip = bounds.U[k].tolist() if bounds.U[k].any() else False
             tolerances.append(f"({k}, {tol!r}, {skip!r})")
-        checked = mode in ("bounds", "cuda")
+        cuda = mode.startswith("cuda")
+        checked = mode == "bounds" or cuda
         bounds_args = ", bounds_check=True, monkeypatch=monkeypatch" if checked else ""
-        if mode == "cuda":
+        if cuda:
             parts.insert(6, "from tests.codegen.cuda_emulation.gpu import gpu, pytestmark  # noqa: F401")
-            bounds_args += ", device=gpu"
-        fixture = ", ".join(["gpu"] * (mode == "cuda") + ["monkeypatch"] * checked)
+            bounds_args += ", device=gpu" + (", small_thresholds=True" if mode == "cuda-small" else "")
+        fixture = ", ".join(["gpu"] * cuda + ["monkeypatch"] * checked)
         parts.append(_FORWARD_TEST.format(
             fixture=fixture, tolerances=",\n    ".join(tolerances),
             args=f"lazy={mode != 'eager'}, together={bool(prog.together)}{bounds_args}"))

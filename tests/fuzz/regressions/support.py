@@ -5,14 +5,24 @@ import numpy as np
 import needle as ndl
 from needle import config
 
+#: the CUDA lowering's size thresholds shrunk so that small programs reach every mapping
+#: (tiled matmuls with small and large tiles, reductions as rows and as ragged splits)
+SMALL_THRESHOLDS = dict(NAIVE_MATMUL=0, LARGE_TILE_SIDE=5, LARGE_TILE_OUTPUTS=30, COLUMNS_MAX_REDUCED=2,
+                        SPLIT_MIN=101, SPLIT_OUTPUTS=6, SPLIT_CHUNK=100)
+
 
 def check_forward(inputs, needle_program, numpy_program, checks, lazy=True, together=False,
-                  bounds_check=False, monkeypatch=None, device=None):
+                  bounds_check=False, monkeypatch=None, device=None, small_thresholds=False):
     """`checks` holds (variable, absolute tolerance per value, values to skip) per output;
     nan must meet nan and inf the same inf.  `device`: the `gpu` fixture runs the program
-    on cuda() (the emulator without a GPU), else it runs on cpu()."""
+    on cuda() (the emulator without a GPU), else it runs on cpu(); `small_thresholds`
+    lowers it with SMALL_THRESHOLDS."""
     if bounds_check:
         monkeypatch.setattr(config, "BOUNDS_CHECK", True)
+    if small_thresholds:
+        from needle.compiler import cuda_lowering
+        for name, value in SMALL_THRESHOLDS.items():
+            monkeypatch.setattr(cuda_lowering, name, value)
     x = inputs()
     want = numpy_program(x)
     with ndl.lazy(lazy):

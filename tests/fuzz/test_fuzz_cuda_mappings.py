@@ -1,0 +1,38 @@
+"""The CUDA fuzz again with the CUDA lowering's size thresholds shrunk, so the fuzzer's
+small programs reach every mapping that real sizes choose: tiled matmuls (small and
+large tiles, ragged on every edge, fused producers and epilogues), reductions as
+rows (a block per output, all-reduce) and as splits (ragged chunks of fewer elements
+than threads, then rows over the partials).  Same oracle and bounds checking as
+test_fuzz_cuda.py."""
+import pytest
+from hypothesis import given, settings
+
+from needle import config
+from needle.compiler import cuda_lowering
+from tests.codegen.cuda_emulation.gpu import cuda_runtime, pytestmark  # noqa: F401
+from tests.fuzz import graphs, harness
+from tests.fuzz.regressions.support import SMALL_THRESHOLDS as SMALL
+from tests.fuzz.test_fuzz_cuda import EXAMPLES
+
+
+@pytest.fixture(scope="module")
+def gpu(tmp_path_factory):
+    """The CUDA runtime with the small thresholds (its schedule cache starts and ends
+    empty: cached schedules were lowered with the other thresholds)."""
+    saved = {name: getattr(cuda_lowering, name) for name in SMALL} | {"CACHE_DIR": config.CACHE_DIR}
+    config.CACHE_DIR = str(tmp_path_factory.mktemp("cuda-cache"))
+    for name, value in SMALL.items():
+        setattr(cuda_lowering, name, value)
+    try:
+        with cuda_runtime() as rt:
+            yield rt
+    finally:
+        config.CACHE_DIR = saved.pop("CACHE_DIR")
+        for name, value in saved.items():
+            setattr(cuda_lowering, name, value)
+
+
+@settings(max_examples=EXAMPLES)
+@given(prog=graphs.programs("forward"))
+def test_cuda_mappings_match_numpy_in_bounds(gpu, prog):
+    harness.check_forward(prog, "cuda-small")
