@@ -23,15 +23,13 @@ import math
 from dataclasses import dataclass, field
 
 from ..ir.nodes import ELEMENTWISE, REDUCE, toposort
-from .view_folding import CHEAP_OPS, FoldedGraph, subtree_cost
+from .cost import CHEAP_OPS, MAX_KERNEL_OPS, subtree_cost
+from .view_folding import FoldedGraph
 from .views import View
 
 LEAVES = ("buffer", "const", "param")
 #: nodes a kernel may compute inline for its reader (a gather is one indexed load)
 INLINE = ELEMENTWISE + ("gather",)
-#: an inlined expression larger than this is cut (its top node stored), which keeps
-#: kernels quick to compile and code generation free of deep recursion
-MAX_KERNEL_OPS = 160
 
 
 @dataclass
@@ -96,27 +94,19 @@ def output_node(out):
 
 
 def fuse(folded: FoldedGraph) -> FusedGraph:
-    outputs = [output_node(o) for o in folded.outputs]
-    order = toposort(folded.outputs)
-    consumers = {id(n): [] for n in order}
-    for n in order:
-        for s in n.srcs:
-            consumers[id(s)].append(n)
-    reasons = dict(folded.reasons)
-    shared = set()
-    stored = _initial_stored(order, outputs, consumers, reasons, shared)
-    _compute_shared_once(order, stored, consumers, reasons, shared)
-    groups = {}
-    for n in order:
-        if id(n) in stored and n.op not in LEAVES:
-            groups[id(n)] = _new_group(n)
-    _split_nested_reductions(order, stored, groups, reasons)
-    _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, outputs)
-    _fuse_reductions(order, stored, consumers, groups, reasons, outputs)
+    f = _Fusion(folded)
+    f.initial_stored()
+    f.compute_shared_once()
+    for n in f.order:
+        if id(n) in f.stored and n.op not in LEAVES:
+            f.groups[id(n)] = _new_group(n)
+    f.split_nested_reductions()
+    f.fuse_matmul_epilogues()
+    f.fuse_reductions()
     kernels = []
-    for n in order:
-        g = groups.get(id(n))
-        if g is None or id(n) not in stored:
+    for n in f.order:
+        g = f.groups.get(id(n))
+        if g is None or id(n) not in f.stored:
             continue
         if n.op == "assemble":
             kernels.extend(_assemble_groups(n))
@@ -125,8 +115,8 @@ def fuse(folded: FoldedGraph) -> FusedGraph:
         else:
             kernels.append(g)
     for g in kernels:
-        g.members = _members(g, stored)
-    return FusedGraph(folded, kernels, stored, reasons, order, outputs)
+        g.members = _members(g, f.stored)
+    return FusedGraph(folded, kernels, f.stored, f.reasons, f.order, f.outputs)
 
 
 def _members(g: Group, stored: set) -> list:
@@ -147,103 +137,228 @@ def _members(g: Group, stored: set) -> list:
     return members
 
 
-def _initial_stored(order, outputs, consumers, reasons, shared: set) -> set:
-    """The stored nodes; `shared` gets those stored only because several readers share them."""
-    stored = set()
-    inlined = {}  # id -> ops its inlined expression has (approximately: shared nodes count twice)
-    out_ids = {id(n) for n in outputs}
-    for n in order:
-        why = None
-        if id(n) in out_ids:
-            why = "output"
-        elif n.op in REDUCE:
-            why = "reduction"
-        elif n.op in ("matmul", "assemble", "copy", "scatter_add"):
-            why = n.op
-        elif id(n) in reasons:
-            why = reasons[id(n)]
-        elif n.op in INLINE and len(consumers[id(n)]) > 1:
-            cost = subtree_cost(n)
-            if cost > CHEAP_OPS:
-                why = f"read by {len(consumers[id(n)])} nodes and too costly to recompute (cost {cost})"
-                shared.add(id(n))
-        if why is None and n.op in INLINE and id(n) not in stored:
-            size = 1 + sum(inlined.get(id(s), 0) for s in n.srcs if id(s) not in stored)
-            if size > MAX_KERNEL_OPS:
-                why = f"kernel size limit: the expression above it has more than {MAX_KERNEL_OPS} ops"
-                size = 1
-            inlined[id(n)] = size
-        if n.op == "view" and n.srcs[0].op not in LEAVES:
-            base = n.srcs[0]
-            stored.add(id(base))
-            reasons.setdefault(id(base), "read through a view")
-        if why is not None and n.op not in LEAVES:
-            stored.add(id(n))
-            reasons.setdefault(id(n), why)
-    return stored
+class _Fusion:
+    """The state of one fusion: the folded graph in order, who reads what, which
+    nodes are stored (and why), and the kernel group of each stored node."""
 
+    def __init__(self, folded: FoldedGraph):
+        self.outputs = [output_node(o) for o in folded.outputs]
+        self.out_ids = {id(n) for n in self.outputs}
+        self.order = toposort(folded.outputs)
+        self.consumers = {id(n): [] for n in self.order}
+        for n in self.order:
+            for s in n.srcs:
+                self.consumers[id(s)].append(n)
+        self.reasons = dict(folded.reasons)
+        self.stored = set()
+        self.shared = set()  # stored only because several readers share them
+        self.groups = {}
 
-def _compute_shared_once(order, stored, consumers, reasons, shared: set) -> None:
-    """A costly node read by several nodes need not be stored when every reader
-    is an elementwise node of one and the same kernel, at the same index (no view or
-    gather in between): that kernel computes it once per element anyway (sigmoid's
-    exp and 1 / (1 + exp) feed one `where`).  Readers first (reverse order), so a
-    reader's own kernel is known; the kernel's inlined expression must stay under
-    MAX_KERNEL_OPS counted as a tree, as the kernel text spells it."""
-    for n in reversed(order):
-        if id(n) not in shared or id(n) not in stored or n.op in LEAVES:
-            continue
-        root = _single_elementwise_reader(n, stored, consumers)
-        if root is None:
-            continue
-        stored.discard(id(n))
-        if _tree_size(root, stored, {}) > MAX_KERNEL_OPS:
-            stored.add(id(n))
-            continue
-        reasons[id(n)] = f"read by {len(consumers[id(n)])} nodes, all in one kernel at the same index: " \
-                         "computed once there"
+    def initial_stored(self) -> None:
+        """The stored nodes; `shared` gets those stored only because several readers share them."""
+        order, consumers, reasons, shared, stored = self.order, self.consumers, self.reasons, self.shared, self.stored
+        inlined = {}  # id -> ops its inlined expression has (approximately: shared nodes count twice)
+        out_ids = self.out_ids
+        for n in order:
+            why = None
+            if id(n) in out_ids:
+                why = "output"
+            elif n.op in REDUCE:
+                why = "reduction"
+            elif n.op in ("matmul", "assemble", "copy", "scatter_add"):
+                why = n.op
+            elif id(n) in reasons:
+                why = reasons[id(n)]
+            elif n.op in INLINE and len(consumers[id(n)]) > 1:
+                cost = subtree_cost(n)
+                if cost > CHEAP_OPS:
+                    why = f"read by {len(consumers[id(n)])} nodes and too costly to recompute (cost {cost})"
+                    shared.add(id(n))
+            if why is None and n.op in INLINE and id(n) not in stored:
+                size = 1 + sum(inlined.get(id(s), 0) for s in n.srcs if id(s) not in stored)
+                if size > MAX_KERNEL_OPS:
+                    why = f"kernel size limit: the expression above it has more than {MAX_KERNEL_OPS} ops"
+                    size = 1
+                inlined[id(n)] = size
+            if n.op == "view" and n.srcs[0].op not in LEAVES:
+                base = n.srcs[0]
+                stored.add(id(base))
+                reasons.setdefault(id(base), "read through a view")
+            if why is not None and n.op not in LEAVES:
+                stored.add(id(n))
+                reasons.setdefault(id(n), why)
 
-
-def _single_elementwise_reader(n, stored, consumers):
-    """The one stored node whose kernel reads `n`, when every path up to it is
-    elementwise; else None."""
-    roots = _readers_root(n, stored, consumers, elementwise_only=True)
-    return next(iter(roots.values())) if roots is not None and len(roots) == 1 else None
-
-
-def _tree_size(n, stored, memo) -> int:
-    if id(n) not in memo:
-        memo[id(n)] = 1 + sum(_tree_size(s, stored, memo) for s in n.srcs
-                              if s.op in INLINE and id(s) not in stored)
-    return memo[id(n)]
-
-
-def _split_nested_reductions(order, stored, groups, reasons) -> None:
-    """A reduction whose input reads reductions over another domain (the sum of a
-    logsumexp, say) gets its input stored: then the inner reductions can fuse as
-    stages of the kernel computing that input, instead of being stored apart."""
-    for r in order:
-        if r.op not in REDUCE:
-            continue
-        top = r.srcs[0]
-        if top.op not in ELEMENTWISE or id(top) in stored:
-            continue
-        domain = (top.shape, r.arg)
-        stack, seen = [top], set()
-        while stack:
-            n = stack.pop()
-            if id(n) in seen:
+    def compute_shared_once(self) -> None:
+        """A costly node read by several nodes need not be stored when every reader
+        is an elementwise node of one and the same kernel, at the same index (no view or
+        gather in between): that kernel computes it once per element anyway (sigmoid's
+        exp and 1 / (1 + exp) feed one `where`).  Readers first (reverse order), so a
+        reader's own kernel is known; the kernel's inlined expression must stay under
+        MAX_KERNEL_OPS counted as a tree, as the kernel text spells it."""
+        stored = self.stored
+        for n in reversed(self.order):
+            if id(n) not in self.shared or id(n) not in stored or n.op in LEAVES:
                 continue
-            seen.add(id(n))
-            base = n.srcs[0] if n.op == "view" else None
-            if base is not None and base.op in REDUCE and (base.srcs[0].shape, base.arg) != domain:
-                stored.add(id(top))
-                groups[id(top)] = Group("elementwise", top)
-                reasons[id(top)] = "stored so that the reductions it reads fuse into its kernel " \
-                                   "(its reader reduces another domain)"
-                break
-            if n.op in ELEMENTWISE and (n is top or id(n) not in stored):
-                stack.extend(n.srcs)
+            root = self.single_elementwise_reader(n)
+            if root is None:
+                continue
+            stored.discard(id(n))
+            if self.tree_size(root, {}) > MAX_KERNEL_OPS:
+                stored.add(id(n))
+                continue
+            self.reasons[id(n)] = f"read by {len(self.consumers[id(n)])} nodes, all in one kernel at the same index: " \
+                             "computed once there"
+
+    def single_elementwise_reader(self, n):
+        """The one stored node whose kernel reads `n`, when every path up to it is
+        elementwise; else None."""
+        roots = self.readers_root(n, elementwise_only=True)
+        return next(iter(roots.values())) if roots is not None and len(roots) == 1 else None
+
+    def tree_size(self, n, memo) -> int:
+        if id(n) not in memo:
+            memo[id(n)] = 1 + sum(self.tree_size(s, memo) for s in n.srcs
+                                  if s.op in INLINE and id(s) not in self.stored)
+        return memo[id(n)]
+
+    def split_nested_reductions(self) -> None:
+        """A reduction whose input reads reductions over another domain (the sum of a
+        logsumexp, say) gets its input stored: then the inner reductions can fuse as
+        stages of the kernel computing that input, instead of being stored apart."""
+        stored, groups, reasons = self.stored, self.groups, self.reasons
+        for r in self.order:
+            if r.op not in REDUCE:
+                continue
+            top = r.srcs[0]
+            if top.op not in ELEMENTWISE or id(top) in stored:
+                continue
+            domain = (top.shape, r.arg)
+            stack, seen = [top], set()
+            while stack:
+                n = stack.pop()
+                if id(n) in seen:
+                    continue
+                seen.add(id(n))
+                base = n.srcs[0] if n.op == "view" else None
+                if base is not None and base.op in REDUCE and (base.srcs[0].shape, base.arg) != domain:
+                    stored.add(id(top))
+                    groups[id(top)] = Group("elementwise", top)
+                    reasons[id(top)] = "stored so that the reductions it reads fuse into its kernel " \
+                                       "(its reader reduces another domain)"
+                    break
+                if n.op in ELEMENTWISE and (n is top or id(n) not in stored):
+                    stack.extend(n.srcs)
+
+    def consumers_reached(self, node, follow):
+        """Each node that reads `node`, or reads a reached node that `follow` accepts, once."""
+        stack, seen = [node], set()
+        while stack:
+            for c in self.consumers[id(stack.pop())]:
+                if id(c) not in seen:
+                    seen.add(id(c))
+                    yield c
+                    if follow(c):
+                        stack.append(c)
+
+    def readers_root(self, node, elementwise_only: bool = False):
+        """id -> node for the stored nodes whose kernels read `node` (walking up through
+        inlined nodes).  With `elementwise_only`, None when a path up to them goes through
+        a view, gather, matmul or assemble (another index, or a packed copy)."""
+        stored, roots = self.stored, {}
+        for c in self.consumers_reached(node, lambda c: id(c) not in stored):
+            if elementwise_only and c.op not in ELEMENTWISE and not (id(c) in stored and c.op in REDUCE):
+                return None
+            if id(c) in stored:
+                roots[id(c)] = c
+        return roots
+
+    def fuse_matmul_epilogues(self) -> None:
+        stored, consumers, groups, reasons = self.stored, self.consumers, self.groups, self.reasons
+        for m in self.order:
+            if m.op != "matmul" or id(m) in self.out_ids:
+                continue
+            readers = consumers[id(m)]
+            if len(readers) != 1 or readers[0].op != "view" or not _same_memory_order(readers[0].arg, m.size):
+                reasons[id(m)] = "matmul: its result is not read once in memory order, so no epilogue fusion"
+                continue
+            node, why = readers[0], ""
+            while id(node) not in stored:
+                up = consumers[id(node)]
+                if len(up) != 1:
+                    why = f"its epilogue forks: {node.op} is read by {len(up)} nodes"
+                elif up[0].op not in ELEMENTWISE or up[0].shape != readers[0].shape:
+                    why = f"its reader {up[0].op} {up[0].type_str()} is not elementwise over its shape"
+                if why:
+                    break
+                node = up[0]
+            if not why and (node.op not in ELEMENTWISE or groups[id(node)].kind != "elementwise"):
+                why = f"its result feeds a {groups[id(node)].kind if id(node) in groups else node.op} kernel"
+            if why:
+                reasons[id(m)] = f"epilogue not fused: {why}"
+                continue
+            if node.dtype != m.dtype:  # the output buffer holds partial sums between K blocks
+                reasons[id(m)] = f"matmul: the epilogue changes the dtype ({m.dtype} -> {node.dtype})"
+                continue
+            stored.discard(id(m))
+            del groups[id(m)]
+            g = groups[id(node)]
+            g.kind, g.matmul = "matmul", m
+            g.notes.append(f"epilogue fused into matmul {m.type_str()}")
+            reasons[id(m)] = f"fused into the kernel of its epilogue ({node.op})"
+
+    def fuse_reductions(self) -> None:
+        stored, groups, reasons = self.stored, self.groups, self.reasons
+        position = {id(n): i for i, n in enumerate(self.order)}
+        for r in reversed(self.order):
+            if r.op not in REDUCE or id(r) not in stored or id(r) in self.out_ids:
+                continue
+            roots = self.readers_root(r)
+            if len(roots) != 1:
+                reasons[id(r)] = f"reduction read by {len(roots)} kernels: stored"
+                continue
+            k = groups[next(iter(roots))]
+            why = self.stage_legal(r, k)
+            if why:
+                reasons[id(r)] = f"reduction stored: {why}"
+                continue
+            stored.discard(id(r))
+            del groups[id(r)]
+            k.kind = "reduce"
+            k.stages.append(r)
+            k.stages.sort(key=lambda n: position[id(n)])
+            reasons[id(r)] = f"fused as a stage of kernel {k.name}"
+
+    def stage_legal(self, r, k: Group) -> str:
+        """Why reduction `r` cannot become a stage of kernel `k` ("" if it can)."""
+        if k.kind not in ("elementwise", "reduce"):
+            return f"its reader is a {k.kind} kernel"
+        if k.root.op == "assemble":  # its pieces become kernels of their own, without stages
+            return "its reader is an assemble (one kernel per piece)"
+        if self.read_by_gather(r):
+            return "a gather reads it at data-dependent positions"
+        full, kept = r.srcs[0].shape, r.shape
+        if k.stages and (k.stages[0].srcs[0].shape != full or k.stages[0].arg != r.arg):
+            return "the reader already reduces another domain"
+        domain = k.root.shape if k.root.op not in REDUCE else full
+        if domain != full and _squeeze(domain) != _squeeze(kept):
+            return f"reader shape {domain} is neither the reduced input {full} nor the result {kept}"
+        broadcast = View(full, View.contiguous(kept).strides)
+        for v in self.consumers[id(r)]:
+            if v.op != "view":
+                return "read without a view"
+            if v.shape == full:
+                if v.arg != broadcast:
+                    return f"read through {v.arg}, not broadcast along the reduced axes"
+            elif not (v.arg.is_contiguous() and v.arg.offset == 0 and _squeeze(v.shape) == _squeeze(kept)
+                      and domain != full):
+                return f"read through {v.arg}"
+        return ""
+
+    def read_by_gather(self, r) -> bool:
+        """A stage leaves one value per kept index in a register; a gather reading the
+        reduction (or an expression of it) needs it at other indices."""
+        return any(c.op in ("gather", "scatter_add") for c in
+                   self.consumers_reached(r, lambda c: c.op in ELEMENTWISE or c.op == "view"))
 
 
 def _new_group(n) -> Group:
@@ -256,126 +371,9 @@ def _new_group(n) -> Group:
     return Group("elementwise", n)
 
 
-def _consumers_reached(node, consumers, follow):
-    """Each node that reads `node`, or reads a reached node that `follow` accepts, once."""
-    stack, seen = [node], set()
-    while stack:
-        for c in consumers[id(stack.pop())]:
-            if id(c) not in seen:
-                seen.add(id(c))
-                yield c
-                if follow(c):
-                    stack.append(c)
-
-
-def _readers_root(node, stored, consumers, elementwise_only: bool = False):
-    """id -> node for the stored nodes whose kernels read `node` (walking up through
-    inlined nodes).  With `elementwise_only`, None when a path up to them goes through
-    a view, gather, matmul or assemble (another index, or a packed copy)."""
-    roots = {}
-    for c in _consumers_reached(node, consumers, lambda c: id(c) not in stored):
-        if elementwise_only and c.op not in ELEMENTWISE and not (id(c) in stored and c.op in REDUCE):
-            return None
-        if id(c) in stored:
-            roots[id(c)] = c
-    return roots
-
-
-def _fuse_matmul_epilogues(order, stored, consumers, groups, reasons, outputs) -> None:
-    out_ids = {id(n) for n in outputs}
-    for m in order:
-        if m.op != "matmul" or id(m) in out_ids:
-            continue
-        readers = consumers[id(m)]
-        if len(readers) != 1 or readers[0].op != "view" or not _same_memory_order(readers[0].arg, m.size):
-            reasons[id(m)] = "matmul: its result is not read once in memory order, so no epilogue fusion"
-            continue
-        node, why = readers[0], ""
-        while id(node) not in stored:
-            up = consumers[id(node)]
-            if len(up) != 1:
-                why = f"its epilogue forks: {node.op} is read by {len(up)} nodes"
-            elif up[0].op not in ELEMENTWISE or up[0].shape != readers[0].shape:
-                why = f"its reader {up[0].op} {up[0].type_str()} is not elementwise over its shape"
-            if why:
-                break
-            node = up[0]
-        if not why and (node.op not in ELEMENTWISE or groups[id(node)].kind != "elementwise"):
-            why = f"its result feeds a {groups[id(node)].kind if id(node) in groups else node.op} kernel"
-        if why:
-            reasons[id(m)] = f"epilogue not fused: {why}"
-            continue
-        if node.dtype != m.dtype:  # the output buffer holds partial sums between K blocks
-            reasons[id(m)] = f"matmul: the epilogue changes the dtype ({m.dtype} -> {node.dtype})"
-            continue
-        stored.discard(id(m))
-        del groups[id(m)]
-        g = groups[id(node)]
-        g.kind, g.matmul = "matmul", m
-        g.notes.append(f"epilogue fused into matmul {m.type_str()}")
-        reasons[id(m)] = f"fused into the kernel of its epilogue ({node.op})"
-
-
 def _same_memory_order(view: View, size: int) -> bool:
     """The view reads a stored result as is, possibly reshaped (conv's output)."""
     return view.is_contiguous() and view.offset == 0 and math.prod(view.shape) == size
-
-
-def _fuse_reductions(order, stored, consumers, groups, reasons, outputs) -> None:
-    out_ids = {id(n) for n in outputs}
-    position = {id(n): i for i, n in enumerate(order)}
-    for r in reversed(order):
-        if r.op not in REDUCE or id(r) not in stored or id(r) in out_ids:
-            continue
-        roots = _readers_root(r, stored, consumers)
-        if len(roots) != 1:
-            reasons[id(r)] = f"reduction read by {len(roots)} kernels: stored"
-            continue
-        k = groups[next(iter(roots))]
-        why = _stage_legal(r, k, consumers)
-        if why:
-            reasons[id(r)] = f"reduction stored: {why}"
-            continue
-        stored.discard(id(r))
-        del groups[id(r)]
-        k.kind = "reduce"
-        k.stages.append(r)
-        k.stages.sort(key=lambda n: position[id(n)])
-        reasons[id(r)] = f"fused as a stage of kernel {k.name}"
-
-
-def _stage_legal(r, k: Group, consumers) -> str:
-    """Why reduction `r` cannot become a stage of kernel `k` ("" if it can)."""
-    if k.kind not in ("elementwise", "reduce"):
-        return f"its reader is a {k.kind} kernel"
-    if k.root.op == "assemble":  # its pieces become kernels of their own, without stages
-        return "its reader is an assemble (one kernel per piece)"
-    if _read_by_gather(r, consumers):
-        return "a gather reads it at data-dependent positions"
-    full, kept = r.srcs[0].shape, r.shape
-    if k.stages and (k.stages[0].srcs[0].shape != full or k.stages[0].arg != r.arg):
-        return "the reader already reduces another domain"
-    domain = k.root.shape if k.root.op not in REDUCE else full
-    if domain != full and _squeeze(domain) != _squeeze(kept):
-        return f"reader shape {domain} is neither the reduced input {full} nor the result {kept}"
-    broadcast = View(full, View.contiguous(kept).strides)
-    for v in consumers[id(r)]:
-        if v.op != "view":
-            return "read without a view"
-        if v.shape == full:
-            if v.arg != broadcast:
-                return f"read through {v.arg}, not broadcast along the reduced axes"
-        elif not (v.arg.is_contiguous() and v.arg.offset == 0 and _squeeze(v.shape) == _squeeze(kept)
-                  and domain != full):
-            return f"read through {v.arg}"
-    return ""
-
-
-def _read_by_gather(r, consumers) -> bool:
-    """A stage leaves one value per kept index in a register; a gather reading the
-    reduction (or an expression of it) needs it at other indices."""
-    return any(c.op in ("gather", "scatter_add") for c in
-               _consumers_reached(r, consumers, lambda c: c.op in ELEMENTWISE or c.op == "view"))
 
 
 def _squeeze(shape) -> tuple:

@@ -22,13 +22,8 @@ the pass decided to store, with the reason.  A `gather` read as is stays inline
 from __future__ import annotations
 
 from ..ir.nodes import ELEMENTWISE, MOVEMENT, Node
+from .cost import CHEAP_OPS, subtree_cost
 from .views import View
-
-#: an elementwise subtree with at most this many ops and no transcendental op is
-#: recomputed by every reader instead of being stored
-CHEAP_OPS = 8
-EXPENSIVE = ("exp", "log", "tanh", "pow", "sqrt")
-
 
 class FoldedGraph:
     """The result of view folding: new output nodes, and why nodes are stored."""
@@ -49,22 +44,6 @@ def consumer_counts(outputs) -> dict:
         for s in node.srcs:
             counts[id(s)] = counts.get(id(s), 0) + 1
     return counts
-
-
-def subtree_cost(node, limit: int = 64) -> int:
-    """Elementwise ops reachable from `node` without crossing a base (capped)."""
-    cost, stack, seen = 0, [node], set()
-    while stack and cost <= limit:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if n.op in ELEMENTWISE:
-            cost += 4 if n.op in EXPENSIVE else 1
-            stack.extend(n.srcs)
-        elif n.op in MOVEMENT:
-            stack.extend(n.srcs)
-    return cost
 
 
 class _Folder:
