@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import NAMES, np_dtype
-from . import numpy_kernels as K
+from . import numpy_kernels
 from .course_api import CourseKernels, as_buffer
 from . import ndarray
 from .device_identity import DeviceIdentity
@@ -96,25 +96,25 @@ class HostDevice(CourseKernels, Device):
         return self.wrap(self.numpy_view(a).astype(np_dtype(dtype)))
 
     def unary(self, op: str, a: NDArray) -> NDArray:
-        return self.wrap(K.unary(op, self.numpy_view(a)))
+        return self.wrap(numpy_kernels.unary(op, self.numpy_view(a)))
 
     def binary(self, op: str, a: NDArray, b: NDArray) -> NDArray:
-        return self.wrap(K.binary(op, self.numpy_view(a), self.numpy_view(b), np_dtype(a.dtype)))
+        return self.wrap(numpy_kernels.binary(op, self.numpy_view(a), self.numpy_view(b), np_dtype(a.dtype)))
 
     def binary_scalar(self, op: str, a: NDArray, scalar, reverse: bool) -> NDArray:
         x, s = self.numpy_view(a), np_dtype(a.dtype).type(scalar)
-        return self.wrap(K.binary(op, s, x, x.dtype) if reverse else K.binary(op, x, s, x.dtype))
+        return self.wrap(numpy_kernels.binary(op, s, x, x.dtype) if reverse else numpy_kernels.binary(op, x, s, x.dtype))
 
     def where(self, cond: NDArray, a: NDArray, b: NDArray) -> NDArray:
         return self.wrap(np.where(self.numpy_view(cond) != 0, self.numpy_view(a), self.numpy_view(b)))
 
     def reduce(self, op: str, a: NDArray, axes: tuple) -> NDArray:
-        return self.wrap(K.reduce(op, self.numpy_view(a), axes))
+        return self.wrap(numpy_kernels.reduce(op, self.numpy_view(a), axes))
 
     def matmul(self, a: NDArray, b: NDArray, out=None, m=None, n=None, p=None) -> NDArray:
         if out is not None:  # the course's matmul(a, b, out, m, n, p) on handles
             return self.course_matmul(a, b, out, m, n, p)
-        return self.wrap(K.matmul(self.numpy_view(a), self.numpy_view(b)))
+        return self.wrap(numpy_kernels.matmul(self.numpy_view(a), self.numpy_view(b)))
 
 
 class CPUNumpyDevice(HostDevice):

@@ -107,10 +107,10 @@ def elementwise(op: str, *srcs) -> Node:
 def _fold(op, values, dtype):
     """Constant folding with the reference semantics (numpy)."""
     import numpy as np
-    from ..backend_ndarray import numpy_kernels as K
+    from ..backend_ndarray import numpy_kernels
     from ..dtypes import np_dtype
     arrays = [np.asarray(v, dtype=np_dtype(dtype) if op not in COMPARE else None) for v in values]
-    out = K.unary(op, arrays[0]) if op in UNARY else K.binary(op, arrays[0], arrays[1], arrays[0].dtype)
+    out = numpy_kernels.unary(op, arrays[0]) if op in UNARY else numpy_kernels.binary(op, arrays[0], arrays[1], arrays[0].dtype)
     return out.item()
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend_ndarray import numpy_kernels as K
+from ..backend_ndarray import numpy_kernels
 from ..dtypes import np_dtype
 from .nodes import BINARY, UNARY, toposort
 
@@ -27,25 +27,25 @@ def _eval(node, srcs):
     if op in ("const", "param"):
         return np.full(node.shape, arg.value if op == "param" else arg, dtype=np_dtype(node.dtype))
     if op in UNARY:
-        return K.unary(op, srcs[0])
+        return numpy_kernels.unary(op, srcs[0])
     if op in BINARY:
-        return K.binary(op, srcs[0], srcs[1], srcs[0].dtype)
+        return numpy_kernels.binary(op, srcs[0], srcs[1], srcs[0].dtype)
     if op == "where":
         return np.where(srcs[0], srcs[1], srcs[2])
     if op == "cast":
         return srcs[0].astype(np_dtype(arg))
     if op in ("reduce_sum", "reduce_max"):
-        return K.reduce(op[7:], srcs[0], arg)
+        return numpy_kernels.reduce(op[7:], srcs[0], arg)
     if op == "matmul":
-        return K.matmul(srcs[0], srcs[1])
+        return numpy_kernels.matmul(srcs[0], srcs[1])
     if op == "copy":
         return np.array(srcs[0], copy=True)
     if op == "view":
         return _read_view(node.srcs[0], srcs[0], arg)
     if op == "gather":
-        return K.gather(srcs[0], srcs[1:], arg)
+        return numpy_kernels.gather(srcs[0], srcs[1:], arg)
     if op == "scatter_add":
-        return K.scatter_add(srcs[0], srcs[1:], *arg)
+        return numpy_kernels.scatter_add(srcs[0], srcs[1:], *arg)
     if op == "assemble":
         out = np.zeros(node.shape, dtype=np_dtype(node.dtype))
         for piece, index in zip(srcs, arg):
