@@ -34,6 +34,10 @@ THREADS = max(1, _int("NEEDLE_THREADS", _default_threads()))
 CACHE = _int("NEEDLE_CACHE", 1) != 0
 CACHE_DIR = os.environ.get("NEEDLE_CACHE_DIR") or os.path.join(
     os.path.expanduser("~"), ".cache", "needle")
+#: processes that compile a schedule's new kernels in parallel (0: compile in this process).
+COMPILE_WORKERS = max(0, _int("NEEDLE_COMPILE_WORKERS", _default_threads()))
+#: kernels touching fewer elements than this get the cheaper O2 pipeline instead of O3.
+O3_MIN_WORK = max(0, _int("NEEDLE_O3_MIN_WORK", 1 << 14))
 #: bounds-checked code generation: every load/store checks its index and traps.
 BOUNDS_CHECK = _int("NEEDLE_BOUNDS_CHECK", 0) != 0
 

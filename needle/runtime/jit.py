@@ -1,7 +1,11 @@
-"""LLVM JIT for the CPU: kernels optimized at O3 for the host and emitted as object
-code (which is also what the disk cache stores), loaded into MCJIT engines of up to
+"""LLVM JIT for the CPU: kernels optimized for the host and emitted as object code
+(which is also what the disk cache stores), loaded into MCJIT engines of up to
 KERNELS_PER_ENGINE kernels each; MCJIT frees code only with its engine, so engines
 die with the last cached kernel or schedule that uses them (the caches are bounded).
+
+A schedule's missing kernels are rendered here, one after another, while compile
+worker processes (compile_pool) optimize and emit the ones already rendered.
+Kernels that touch little data get the cheaper "O2" pipeline (`level_for`).
 
 The cache key hashes the kernel IR text with everything that changes the code:
 needle's, llvmlite's and LLVM's versions, the target triple, CPU name and
@@ -23,7 +27,7 @@ from .. import config
 from ..errors import CompileError
 from ..target import Target
 from . import counters
-from . import disk_cache
+from . import compile_pool, disk_cache, llvm_compile
 from .lru import LRUCache
 
 OPT_LEVEL = 3
@@ -59,13 +63,7 @@ def _build_state() -> dict:
     state["cpu"], state["features"] = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     state["llvm_target"] = llvm.Target.from_triple(state["triple"])
     state["versions"] = f"needle-kernels-1|llvmlite-{llvmlite.__version__}|llvm-{llvm.llvm_version_info}"
-    state["machines"] = {}  # (cpu, features) -> per-target state: machine, current engine
-    pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = True
-    pto.loop_interleaving = True
-    state["pto"] = pto
+    state["machines"] = {}  # (cpu, features) -> per-target state: current engine
     return state
 
 
@@ -83,8 +81,8 @@ def host_target(threads: int, bounds_check: bool) -> Target:
 
 
 def _machine(target: Target) -> dict:
-    """The LLVM target machine (optimization, object emission) and the current
-    MCJIT engine for `target`'s CPU and features."""
+    """The current MCJIT engine for `target`'s CPU and features (and a maker of
+    target machines: an engine owns the one it is given)."""
     s = _init()
     key = (target.cpu, target.features)
     found = s["machines"].get(key)
@@ -92,8 +90,15 @@ def _machine(target: Target) -> dict:
         def machine():
             return s["llvm_target"].create_target_machine(cpu=target.cpu, features=target.features,
                                                           opt=OPT_LEVEL, jit=True)
-        found = s["machines"][key] = {"tm": machine(), "machine": machine, "engine": None, "engine_kernels": 0}
+        found = s["machines"][key] = {"machine": machine, "engine": None, "engine_kernels": 0}
     return found
+
+
+def level_for(kernel) -> str:
+    """The optimization level of a kernel: "O3" when it touches at least
+    config.O3_MIN_WORK elements, else "O2" (cheaper to compile; where launch
+    overhead dominates the run time the stronger pipeline buys nothing)."""
+    return "O3" if kernel.work >= config.O3_MIN_WORK else "O2"
 
 
 class CompiledKernel:
@@ -126,8 +131,12 @@ ENGINE_BYTES = 128 << 10
 def kernel_key(kernel, target: Target, renderer) -> str:
     s = _init()
     material = "\n".join([s["versions"], renderer.fingerprint(), s["triple"], target.cpu, target.features,
-                          f"O{OPT_LEVEL}", f"bounds={int(target.bounds_check)}", kernel.text()])
+                          level_for(kernel), f"bounds={int(target.bounds_check)}", kernel.text()])
     return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _symbol(key: str) -> str:
+    return "k_" + key[:24]
 
 
 def compile_kernels(kernels, target: Target, renderer) -> list:
@@ -141,32 +150,74 @@ def compile_kernels(kernels, target: Target, renderer) -> list:
         counters.add("cache_hits", len(out))
         return out
     with _lock:
+        t0 = time.perf_counter()
+        objects, missing = {}, []  # object code by key; (kernel, key) found nowhere
+        for kernel, key, found in zip(kernels, keys, out):
+            if found is None and key not in objects:
+                objects[key] = _from_disk(key)
+                if objects[key] is None:
+                    missing.append((kernel, key))
+        for (kernel, key), obj in zip(missing, _compile(missing, target, renderer)):
+            objects[key] = obj
         done = {}  # a kernel twice in one schedule is loaded once, even if the cache is tiny
         for i, (kernel, key) in enumerate(zip(kernels, keys)):
             if out[i] is None:
-                out[i] = done.get(key) or _compiled.get(key) or _load(kernel, key, target, renderer)
+                out[i] = done.get(key) or _compiled.get(key) or \
+                    _load(kernel, key, objects.get(key) or _compile([(kernel, key)], target, renderer)[0], target)
             else:
                 counters.add("cache_hits")
             done[key] = out[i]
+        counters.add("compile_seconds", time.perf_counter() - t0)
     return out
 
 
-def _load(kernel, key: str, target: Target, renderer) -> CompiledKernel:
-    """Object code from the disk cache or LLVM, added to the current engine."""
-    symbol = "k_" + key[:24]
-    t0 = time.perf_counter()
+def _from_disk(key: str):
+    """Object code from the disk cache, or None."""
     obj = disk_cache.load(key) if config.CACHE else None
-    if obj is not None and not _looks_like_kernel(obj, symbol):
+    if obj is not None and not _looks_like_kernel(obj, _symbol(key)):
         disk_cache.discard(key)  # checksum fine but not our object code: never load it
         obj = None
     if obj is not None:
         counters.add("cache_hits")
         counters.add("disk_cache_hits")
+    return obj
+
+
+def _compile(missing, target: Target, renderer) -> list:
+    """Object code of each (kernel, key) in `missing`, stored in the disk cache.
+    Two or more kernels go to the compile workers (config.COMPILE_WORKERS)."""
+    def jobs():
+        for kernel, key in missing:
+            module = renderer.render(kernel, _symbol(key), bounds_check=target.bounds_check)
+            yield str(module), target.cpu, target.features, level_for(kernel)
+
+    workers = min(config.COMPILE_WORKERS, len(missing))
+    if len(missing) >= 2 and workers >= 1:
+        results = compile_pool.compile_all(jobs(), workers)
     else:
-        obj = _codegen(kernel, symbol, target, renderer)
+        results = [_compile_here(job) for job in jobs()]
+    objects = []
+    for (kernel, key), (ok, payload) in zip(missing, results):
+        if not ok:
+            raise CompileError(f"kernel {kernel.name}: {payload}")
         counters.add("kernels_compiled")
         if config.CACHE:
-            disk_cache.store(key, obj)
+            disk_cache.store(key, payload)
+        objects.append(payload)
+    return objects
+
+
+def _compile_here(job):
+    with _lock:  # the in-process target machines are not shared between threads
+        try:
+            return True, llvm_compile.compile_ir(*job)
+        except ValueError as e:
+            return False, str(e)
+
+
+def _load(kernel, key: str, obj: bytes, target: Target) -> CompiledKernel:
+    """Object code added to the current engine."""
+    symbol = _symbol(key)
     engine = _current_engine(target)
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
@@ -174,7 +225,6 @@ def _load(kernel, key: str, target: Target, renderer) -> CompiledKernel:
     omp_address = engine.get_function_address(symbol + "_omp")
     if not address:
         raise CompileError(f"kernel {kernel.name}: symbol {symbol} missing after loading its object code")
-    counters.add("compile_seconds", time.perf_counter() - t0)
     compiled = CompiledKernel(kernel, symbol, address, omp_address, key, engine, len(obj))
     _compiled.put(key, compiled)
     return compiled
@@ -197,29 +247,13 @@ def _looks_like_kernel(obj: bytes, symbol: str) -> bool:
 
 
 def llvm_ir(kernel, target: Target, renderer, optimized: bool = False) -> str:
-    """The LLVM IR text of a kernel for `target` (before or after the O3 pipeline)."""
+    """The LLVM IR text of a kernel for `target` (before or after its pass pipeline)."""
     key = kernel_key(kernel, target, renderer)
-    module = renderer.render(kernel, "k_" + key[:24], bounds_check=target.bounds_check)
+    module = renderer.render(kernel, _symbol(key), bounds_check=target.bounds_check)
     if not optimized:
         return str(module)
-    return str(_optimize(str(module), target))
-
-
-def _optimize(text: str, target: Target):
-    s, tm = _init(), _machine(target)["tm"]
-    try:
-        mod = llvm.parse_assembly(text)
-        mod.triple = s["triple"]
-        mod.data_layout = str(tm.target_data)
-        mod.verify()
-    except RuntimeError as e:
-        raise CompileError(f"generated LLVM IR does not verify: {e}") from None
-    pb = llvm.create_pass_builder(tm, s["pto"])
-    pb.getModulePassManager().run(mod, pb)
-    return mod
-
-
-def _codegen(kernel, symbol: str, target: Target, renderer) -> bytes:
-    module = renderer.render(kernel, symbol, bounds_check=target.bounds_check)
-    mod = _optimize(str(module), target)
-    return _machine(target)["tm"].emit_object(mod)
+    with _lock:
+        try:
+            return str(llvm_compile.optimize(str(module), target.cpu, target.features, level_for(kernel)))
+        except ValueError as e:
+            raise CompileError(str(e)) from None

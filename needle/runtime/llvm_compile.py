@@ -1,0 +1,94 @@
+"""LLVM IR text in, object code out: the part of the JIT that needs no Python
+state, run in this process or in a compile worker.
+
+This file is also the worker (see compile_pool): run on its own it reads jobs
+from stdin and writes object code to stdout.  It imports nothing but llvmlite
+and the standard library, so a worker is up in about 0.2 s.
+
+Optimization levels, named in the kernel cache key:
+- "O3": the full pipeline with vectorization, unrolling and interleaving (hot kernels);
+- "O2": the same passes with LLVM's default (not aggressive) unrolling thresholds.
+  At O3 LLVM fully unrolls nests of constant short loops into tens of KB of code:
+  one 3x3x28 copy took 2.6 s to compile at O3 and 0.08 s at O2.
+"""
+from __future__ import annotations
+
+import pickle
+import struct
+import sys
+
+import llvmlite.binding as llvm
+
+LEVELS = {"O3": 3, "O2": 2}  # level name -> pass pipeline speed level
+_machines = {}  # (cpu, features) -> target machine for optimization and emission
+
+
+def _machine(cpu: str, features: str):
+    tm = _machines.get((cpu, features))
+    if tm is None:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_triple(llvm.get_process_triple())
+        tm = _machines[(cpu, features)] = target.create_target_machine(cpu=cpu, features=features,
+                                                                       opt=3, jit=True)
+    return tm
+
+
+def optimize(text: str, cpu: str, features: str, level: str):
+    """The module of `text` after `level`'s pass pipeline (ValueError if it does not verify)."""
+    tm = _machine(cpu, features)
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.triple = llvm.get_process_triple()
+        mod.data_layout = str(tm.target_data)
+        mod.verify()
+    except RuntimeError as e:
+        raise ValueError(f"generated LLVM IR does not verify: {e}") from None
+    pto = llvm.create_pipeline_tuning_options(speed_level=LEVELS[level])
+    pto.loop_vectorization = pto.slp_vectorization = True
+    pto.loop_unrolling = pto.loop_interleaving = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def compile_ir(text: str, cpu: str, features: str, level: str) -> bytes:
+    """Relocatable object code (ELF) of the LLVM IR `text` for the given CPU."""
+    return _machine(cpu, features).emit_object(optimize(text, cpu, features, level))
+
+
+# ---- the worker: length-prefixed pickles over stdin/stdout ---------------------------------
+def write_message(stream, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def read_message(stream):
+    """The next message, or None at end of stream."""
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    (size,) = struct.unpack("<Q", head)
+    data = stream.read(size)
+    if len(data) < size:
+        return None
+    return pickle.loads(data)
+
+
+def serve(inp, out) -> None:
+    """Answer each (text, cpu, features, level) job with (True, object code) or
+    (False, error message) until the parent closes stdin."""
+    while True:
+        job = read_message(inp)
+        if job is None:
+            return
+        try:
+            reply = (True, compile_ir(*job))
+        except Exception as e:  # reported to the parent, which raises CompileError
+            reply = (False, f"{type(e).__name__}: {e}")
+        write_message(out, reply)
+
+
+if __name__ == "__main__":
+    serve(sys.stdin.buffer, sys.stdout.buffer)
