@@ -1,0 +1,165 @@
+"""Cold compilation: a schedule's new kernels compiled by worker processes give the
+same object code and the same values as compiling here; the optimization level is
+part of the cache key; a failing compile names its kernel; nothing is leaked."""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import needle as ndl
+import needle.runtime as rt
+from needle import config
+from needle.codegen import llvm as llvm_codegen
+from needle.engine import schedule_cache
+from needle.errors import CompileError
+from needle.runtime import compile_pool, jit, llvm_compile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def cold(monkeypatch):
+    """No disk cache, empty memory caches: every kernel of the test is compiled."""
+    monkeypatch.setattr(config, "CACHE", False)
+    schedule_cache.clear()
+    jit._compiled.clear()
+    yield monkeypatch
+    schedule_cache.clear()
+
+
+def several_kernels(rng):
+    """A graph of several kernels (matmul, row softmax, column sum) and its float64 value."""
+    a = rng.standard_normal((37, 53)).astype(np.float32)
+    b = rng.standard_normal((53, 29)).astype(np.float32)
+    x, w = ndl.Tensor(a, device=ndl.cpu()), ndl.Tensor(b, device=ndl.cpu())
+    h = ndl.ops.relu(x @ w)
+    e = ndl.ops.exp(h - h.max(axes=(1,)).reshape((37, 1)).broadcast_to((37, 29)))
+    y = e / e.sum(axes=(1,)).reshape((37, 1)).broadcast_to((37, 29)) + h.sum(axes=(0,)).broadcast_to((37, 29))
+    h64 = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+    e64 = np.exp(h64 - h64.max(1, keepdims=True))
+    return y, e64 / e64.sum(1, keepdims=True) + h64.sum(0, keepdims=True)
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_parallel_and_serial_compiles_agree_with_numpy(cold, workers):
+    cold.setattr(config, "COMPILE_WORKERS", workers)
+    before = rt.stats()["kernels_compiled"]
+    y, expected = several_kernels(np.random.default_rng(3))
+    got = y.numpy()
+    assert rt.stats()["kernels_compiled"] - before >= 2  # more than one kernel: the pool was used
+    # float32 products of 53 terms and a softmax: a few ulp of the largest magnitude
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_worker_object_code_is_the_in_process_object_code(cold):
+    """Same LLVM, same IR, same CPU: the bytes a worker returns are the bytes this process makes."""
+    seen = []
+    compile_kernels = jit.compile_kernels
+    cold.setattr(jit, "compile_kernels", lambda kernels, *a: seen.extend(kernels) or compile_kernels(kernels, *a))
+    several_kernels(np.random.default_rng(4))[0].numpy()
+    assert len(seen) >= 2
+    target = schedule_cache.cpu_target()
+    jobs = [(str(llvm_codegen.render(k, f"k_{i}", bounds_check=False)), target.cpu, target.features,
+             jit.level_for(k)) for i, k in enumerate(seen)]
+    pooled = compile_pool.compile_all(iter(jobs), 2)
+    here = [llvm_compile.compile_ir(*job) for job in jobs]
+    assert [ok for ok, _ in pooled] == [True] * len(jobs)
+    assert [obj for _, obj in pooled] == here
+
+
+class FakeKernel:
+    def __init__(self, name, work):
+        self.name, self.work = name, work
+
+    def text(self):
+        return f"kernel {self.name} work {self.work}"
+
+
+class BrokenRenderer:
+    """Renders every kernel as IR that does not parse."""
+
+    @staticmethod
+    def fingerprint():
+        return "broken-renderer"
+
+    @staticmethod
+    def render(kernel, symbol, bounds_check):
+        return f"define void @{symbol}() {{ this is not LLVM IR }}"
+
+
+def test_opt_level_is_part_of_the_cache_key(monkeypatch):
+    target = schedule_cache.cpu_target()
+    small, big = FakeKernel("E_small", 100), FakeKernel("E_big", 1 << 20)
+    monkeypatch.setattr(config, "O3_MIN_WORK", 1 << 14)
+    assert jit.level_for(small) == "O2" and jit.level_for(big) == "O3"
+    key_o2 = jit.kernel_key(small, target, BrokenRenderer)
+    monkeypatch.setattr(config, "O3_MIN_WORK", 0)
+    assert jit.level_for(small) == "O3"
+    assert jit.kernel_key(small, target, BrokenRenderer) != key_o2
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_failing_compile_raises_compile_error_naming_the_kernel(cold, workers):
+    cold.setattr(config, "COMPILE_WORKERS", workers)
+    kernels = [FakeKernel("E_first_ok_name", 10), FakeKernel("E_second_name", 10)]
+    with pytest.raises(CompileError, match="E_first_ok_name.*does not verify"):
+        jit.compile_kernels(kernels, schedule_cache.cpu_target(), BrokenRenderer)
+
+
+def test_a_dead_worker_is_replaced(cold):
+    cold.setattr(config, "COMPILE_WORKERS", 2)
+    several_kernels(np.random.default_rng(5))[0].numpy()
+    for pid in compile_pool.worker_pids():
+        os.kill(pid, 9)
+    schedule_cache.clear()
+    jit._compiled.clear()
+    y, expected = several_kernels(np.random.default_rng(6))
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_no_threads_left_and_shutdown_stops_the_workers(cold):
+    cold.setattr(config, "COMPILE_WORKERS", 2)
+    several_kernels(np.random.default_rng(7))[0].numpy()
+    assert not [t for t in threading.enumerate() if t.name.startswith("needle-compile")]
+    workers = list(compile_pool._idle)
+    assert workers
+    compile_pool.shutdown()
+    assert compile_pool.worker_pids() == []
+    assert all(w.proc.returncode is not None for w in workers)  # exited and reaped
+
+
+def test_workers_exit_with_their_parent(tmp_path):
+    """A parent that dies without cleanup (os._exit) closes the workers' stdin: they exit."""
+    script = (
+        "import numpy as np, needle as ndl\n"
+        "from needle import config\n"
+        "from needle.runtime import compile_pool\n"
+        "config.CACHE, config.COMPILE_WORKERS = False, 2\n"
+        "x = ndl.Tensor(np.ones((33, 17), np.float32), device=ndl.cpu())\n"
+        "(ndl.ops.exp(x @ x.transpose()) .sum(axes=(1,))).numpy()\n"
+        "print(' '.join(map(str, compile_pool.worker_pids())), flush=True)\n"
+        "import os; os._exit(0)\n")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    pids = [int(p) for p in done.stdout.split()]
+    assert pids
+    for pid in pids:  # orphans are reaped by init; wait (bounded) until each is gone
+        _wait_gone(pid)
+
+
+def _wait_gone(pid, tries=200):
+    import time
+    for _ in range(tries):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    return  # exited, not yet reaped by its new parent
+        except FileNotFoundError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"compile worker {pid} outlived its parent")
