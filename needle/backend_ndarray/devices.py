@@ -78,7 +78,10 @@ class HostDevice(CourseKernels, Device):
     def to_numpy(self, a: NDArray, shape=None, strides=None, offset=0) -> np.ndarray:
         if shape is not None:  # the course's to_numpy(handle, shape, strides, offset)
             return self.course_to_numpy(a, shape, strides, offset)
-        return np.array(self.numpy_view(a), copy=True)
+        view = self.numpy_view(a)
+        if a.is_compact():  # zero copy, as torch.Tensor.numpy(): the array keeps the storage alive
+            return view.view()
+        return np.array(view, copy=True)
 
     def wrap(self, result: np.ndarray, dtype=None) -> NDArray:
         """An NDArray owning the numpy result (copied only if not contiguous)."""

@@ -231,7 +231,10 @@ class NDArray(ArrayOperators):
 
     # ---- conversion -----------------------------------------------------------------
     def numpy(self) -> np.ndarray:
-        """A copy of the data as a numpy array."""
+        """The data as a numpy array.  On the host, a compact array's storage is
+        shared (no copy, as torch.Tensor.numpy(): writes to either show in both; the
+        numpy array keeps the storage alive, and outputs never come from a pool);
+        other views and device arrays are copied."""
         return self._device.to_numpy(self)
 
     def __array__(self, dtype=None, copy=None):

@@ -48,7 +48,7 @@ def same_storage(a: NDArray, b: NDArray) -> bool:
     """Write through all of `a` and see whether `b` changes (then undo)."""
     if a.size == 0 or b.size == 0:
         return False
-    before, saved = b.numpy(), a.numpy()
+    before, saved = b.numpy().copy(), a.numpy().copy()  # numpy() of a compact array shares its storage
     a.flat[:] = (saved + 100).ravel()
     changed = not np.array_equal(before, b.numpy())
     a.flat[:] = saved.ravel()
@@ -699,8 +699,9 @@ def test_to_device_and_numpy(device):
         assert B.device == other
         np.testing.assert_array_equal(B.numpy(), a.T)
     out = A.numpy()
-    out[0, 0] = 123.0  # numpy() is a copy
-    assert A.numpy()[0, 0] != 123.0
+    out[0, 0] = 123.0  # numpy() of a compact array shares its storage, as torch.Tensor.numpy()
+    assert A.numpy()[0, 0] == 123.0
+    out[0, 0] = a[0, 0]
     np.testing.assert_array_equal(np.asarray(A), a)
     assert np.array(A, dtype=np.float64).dtype == np.float64
     np.testing.assert_array_equal(np.asarray(A[:, ::-1]), a[:, ::-1])
@@ -781,3 +782,34 @@ def test_pad(device):
     A, a = arange((2, 3), device)
     np.testing.assert_array_equal(A.pad(((1, 0), (2, 1))).numpy(), np.pad(a, ((1, 0), (2, 1))))
     np.testing.assert_array_equal(A.permute((1, 0)).pad(((0, 1), (1, 1))).numpy(), np.pad(a.T, ((0, 1), (1, 1))))
+
+
+# ---- zero-copy reads --------------------------------------------------------------------------
+def test_numpy_of_a_compact_array_shares_its_storage():
+    a = nd.array(np.arange(6, dtype=np.float32).reshape(2, 3), device=nd.cpu())
+    first, second = a.numpy(), a.numpy()
+    assert np.shares_memory(first, second)
+    first[0, 0] = 41.0  # as torch.Tensor.numpy(): a write shows in the array
+    assert a.numpy()[0, 0] == 41.0
+
+
+def test_numpy_of_a_strided_view_is_a_copy():
+    a = nd.array(np.arange(6, dtype=np.float32).reshape(2, 3), device=nd.cpu())
+    t = a.permute((1, 0))
+    out = t.numpy()
+    np.testing.assert_array_equal(out, np.arange(6, dtype=np.float32).reshape(2, 3).T)
+    assert not np.shares_memory(out, a.numpy())
+
+
+def test_a_zero_copy_result_stays_valid_after_its_tensor_and_later_work():
+    """The numpy array keeps the storage alive, and no later schedule reuses it."""
+    import gc
+    x = ndl.Tensor(np.arange(1024, dtype=np.float32), requires_grad=False)
+    y = x * 2.0 + 1.0
+    out = y.numpy()
+    want = np.arange(1024, dtype=np.float32) * 2 + 1
+    del y
+    gc.collect()
+    for k in range(20):  # fresh schedules and pooled temps of the same size
+        ((x * float(k) + 3.0).exp().sum()).numpy()
+    np.testing.assert_array_equal(out, want)

@@ -22,6 +22,7 @@ def scalar_kinds(monkeypatch, mode, make):
         original(nodes)
 
     monkeypatch.setattr(schedule_cache, "realize", realize)
+    ndl.engine.forget_later()  # state other tests left for "the next schedule" is not ours
     with ndl.lazy(mode == "lazy"):
         make().numpy()
     return kinds
