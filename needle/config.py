@@ -36,8 +36,12 @@ CACHE_DIR = os.environ.get("NEEDLE_CACHE_DIR") or os.path.join(
     os.path.expanduser("~"), ".cache", "needle")
 #: processes that compile a schedule's new kernels in parallel (0: compile in this process).
 COMPILE_WORKERS = max(0, _int("NEEDLE_COMPILE_WORKERS", _default_threads()))
-#: kernels touching fewer elements than this get the cheaper O2 pipeline instead of O3.
-O3_MIN_WORK = max(0, _int("NEEDLE_O3_MIN_WORK", 1 << 14))
+#: LLVM pass pipeline of the CPU kernels, O2 or O3 (as fast here, O3 far slower to compile some kernels).
+OPT_LEVEL = os.environ.get("NEEDLE_OPT_LEVEL", "O2").strip().upper() or "O2"
+if OPT_LEVEL not in ("O2", "O3"):
+    raise ValueError(f"environment variable NEEDLE_OPT_LEVEL={OPT_LEVEL!r} is not O2 or O3")
+#: kernels touching fewer elements than this are compiled without loop unrolling (cheaper).
+UNROLL_MIN_WORK = max(0, _int("NEEDLE_UNROLL_MIN_WORK", 1 << 14))
 #: bounds-checked code generation: every load/store checks its index and traps.
 BOUNDS_CHECK = _int("NEEDLE_BOUNDS_CHECK", 0) != 0
 

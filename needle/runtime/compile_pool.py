@@ -31,6 +31,7 @@ class Worker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def compile(self, job):
+        """(ok, object code or message), or None if the worker died (it is closed then)."""
         try:
             llvm_compile.write_message(self.proc.stdin, job)
             reply = llvm_compile.read_message(self.proc.stdout)
@@ -38,7 +39,6 @@ class Worker:
             reply = None
         if reply is None:
             self.close()
-            return False, f"compile worker died (exit code {self.proc.returncode})"
         return reply
 
     def alive(self) -> bool:
@@ -92,9 +92,14 @@ def compile_all(jobs, workers: int) -> list:
                 if item is None:
                     return
                 i, job = item
-                results[i] = w.compile(job)
-                if not w.alive():
+                reply = w.compile(job)
+                if reply is None:  # killed, or LLVM aborted on this job: once more on a fresh worker
                     w = Worker()
+                    reply = w.compile(job)
+                    if reply is None:
+                        reply = False, f"compile worker died (exit code {w.proc.returncode})"
+                        w = Worker()
+                results[i] = reply
         finally:
             _give_back(w)
 

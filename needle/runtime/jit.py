@@ -5,7 +5,7 @@ die with the last cached kernel or schedule that uses them (the caches are bound
 
 A schedule's missing kernels are rendered here, one after another, while compile
 worker processes (compile_pool) optimize and emit the ones already rendered.
-Kernels that touch little data get the cheaper "O2" pipeline (`level_for`).
+Small kernels are compiled without loop unrolling (`level_for`).
 
 The cache key hashes the kernel IR text with everything that changes the code:
 needle's, llvmlite's and LLVM's versions, the target triple, CPU name and
@@ -95,10 +95,11 @@ def _machine(target: Target) -> dict:
 
 
 def level_for(kernel) -> str:
-    """The optimization level of a kernel: "O3" when it touches at least
-    config.O3_MIN_WORK elements, else "O2" (cheaper to compile; where launch
-    overhead dominates the run time the stronger pipeline buys nothing)."""
-    return "O3" if kernel.work >= config.O3_MIN_WORK else "O2"
+    """The optimization level of a kernel (llvm_compile.LEVELS): config.OPT_LEVEL,
+    or "O2-nounroll" for kernels touching fewer than config.UNROLL_MIN_WORK
+    elements, whose run time is mostly launch overhead: unrolling their loops
+    costs compile time and buys nothing measurable."""
+    return config.OPT_LEVEL if kernel.work >= config.UNROLL_MIN_WORK else "O2-nounroll"
 
 
 class CompiledKernel:

@@ -93,12 +93,24 @@ class BrokenRenderer:
 def test_opt_level_is_part_of_the_cache_key(monkeypatch):
     target = schedule_cache.cpu_target()
     small, big = FakeKernel("E_small", 100), FakeKernel("E_big", 1 << 20)
-    monkeypatch.setattr(config, "O3_MIN_WORK", 1 << 14)
-    assert jit.level_for(small) == "O2" and jit.level_for(big) == "O3"
-    key_o2 = jit.kernel_key(small, target, BrokenRenderer)
-    monkeypatch.setattr(config, "O3_MIN_WORK", 0)
-    assert jit.level_for(small) == "O3"
-    assert jit.kernel_key(small, target, BrokenRenderer) != key_o2
+    monkeypatch.setattr(config, "UNROLL_MIN_WORK", 1 << 14)
+    monkeypatch.setattr(config, "OPT_LEVEL", "O2")
+    assert jit.level_for(small) == "O2-nounroll" and jit.level_for(big) == "O2"
+    keys = {jit.kernel_key(small, target, BrokenRenderer), jit.kernel_key(big, target, BrokenRenderer)}
+    monkeypatch.setattr(config, "UNROLL_MIN_WORK", 0)
+    assert jit.level_for(small) == "O2"
+    keys.add(jit.kernel_key(small, target, BrokenRenderer))
+    monkeypatch.setattr(config, "OPT_LEVEL", "O3")
+    keys.add(jit.kernel_key(small, target, BrokenRenderer))
+    assert len(keys) == 4  # same kernel text, three levels: three keys
+
+
+@pytest.mark.parametrize("level", ["O2", "O3", "O2-nounroll"])
+def test_every_level_computes_the_same_values(cold, level):
+    cold.setattr(config, "OPT_LEVEL", "O3" if level == "O3" else "O2")
+    cold.setattr(config, "UNROLL_MIN_WORK", 1 << 62 if level == "O2-nounroll" else 0)
+    y, expected = several_kernels(np.random.default_rng(8))
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("workers", [0, 2])
