@@ -23,6 +23,7 @@ from .ir.lazy import as_lazy
 from .tensor_methods import TensorMethods
 from .traversal import postorder
 from .engine import capture as _capture
+from .engine import realize as _engine
 
 #: lazy mode: ops record IR and compute nothing until data is needed (SPEC "Lazy mode").
 LAZY_MODE = config.LAZY and BACKEND == "nd"
@@ -204,14 +205,12 @@ def _outlives_step(value: "Value") -> "Value":
     the next schedule that runs, so that later steps start from a buffer instead of
     extending (and recomputing) this step's graph."""
     if LAZY_MODE:
-        from .engine.realize import realize_later
-        realize_later(value)
+        _engine.realize_later(value)
     return value
 
 
 def _realize(nodes) -> None:
-    from .engine.realize import realize_nodes
-    realize_nodes(nodes)
+    _engine.realize_nodes(nodes)
 
 
 def _check_devices(op: Op, inputs) -> None:

@@ -10,9 +10,14 @@ import numbers
 import numpy
 
 
+_OPS = []  # needle.ops, found on first use (it imports this module)
+
+
 def _ops():
-    from . import ops
-    return ops
+    if not _OPS:
+        from . import ops
+        _OPS.append(ops)
+    return _OPS[0]
 
 
 def _is_scalar(x) -> bool:
