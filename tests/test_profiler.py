@@ -154,3 +154,29 @@ def test_hooks_are_removed_and_profiles_do_not_nest():
     with pytest.raises(ndl.errors.ArgumentError, match="sort_by"):
         p.table(sort_by="speed")
     assert "0 launches" in repr(p)
+
+
+def jitted_linear_step(x, w):
+    h = x @ w
+    loss = (h * h).sum()
+    loss.backward()
+    return loss
+
+
+def test_replayed_jit_steps_name_their_fused_ops_and_lines():
+    """A replay builds no graph: the capture records what each kernel computes, so a
+    profile of replayed steps still shows the fused ops and the user's lines."""
+    rng = np.random.default_rng(3)
+    x = ndl.Tensor(rng.standard_normal((16, 8)).astype(np.float32), requires_grad=False)
+    w = ndl.Tensor(rng.standard_normal((8, 4)).astype(np.float32))
+    step = ndl.jit(jitted_linear_step)
+    for _ in range(3):  # run, capture, replay
+        step(x, w)
+    with ndl.profile() as p:
+        step(x, w).numpy()
+    assert step.replays >= 2
+    rows = p.rows()
+    assert rows and all(r.ops for r in rows)
+    assert any("MatMul" in r.ops for r in rows) and any(op.startswith("d") for r in rows for op in r.ops)
+    lines = set().union(*(set(r.lines) for r in rows))
+    assert lines and lines <= {_line_of(jitted_linear_step, "x @ w"), _line_of(jitted_linear_step, "h * h")}

@@ -121,9 +121,10 @@ class JitFunction:
         recorder = capture.Recorder()
         capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = recorder, recorder.schedule, capture.host_read
         try:
-            result = self.fn(*args, **kwargs)
-            pending = [n for t in autograd.tensors_in(result) for n in pending_nodes(t)]
-            realize_nodes(pending)  # close the step: nothing it made stays pending
+            with capture.STAMP_SOURCES():  # once per capture: lines for profiles of replays
+                result = self.fn(*args, **kwargs)
+                pending = [n for t in autograd.tensors_in(result) for n in pending_nodes(t)]
+                realize_nodes(pending)  # close the step: nothing it made stays pending
         finally:
             capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = None, None, None
         gc.collect()

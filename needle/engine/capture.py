@@ -5,8 +5,9 @@ layers below report to it, each through one cheap check on its own path:
 
 - `read_state(tensor, data)`: an op reads a tensor's realized data (autograd);
 - `created(tensor)`: a tensor was made during the call (autograd);
-- `schedule(entry, leaves, scalars, device, outputs)`: a compiled schedule ran
-  (engine.schedule_cache, through its RECORDER hook);
+- `schedule(entry, leaves, scalars, device, outputs, nodes, target)`: a compiled
+  schedule ran (engine.schedule_cache, through its RECORDER hook; `nodes` still
+  hold their graph);
 - `draw(fn, args, kwargs, tensor)`: a random tensor was drawn (init);
 - `on_replay(callback)`: Python state a replay must advance (Adam's step count);
 - `host(fn, inputs, outputs, device)`: a host computation between schedules (the
@@ -19,6 +20,7 @@ can call into it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -28,6 +30,16 @@ from ..errors import JitError
 
 #: the active Recorder, or None (read on hot paths: keep it a plain module global)
 CURRENT = None
+
+#: `DESCRIBE(entry, nodes, leaves, target)`: what each call of a compiled schedule
+#: computes (fused ops, bytes, flops), installed by needle.profiler.  A replay builds
+#: no graph, so the recorder keeps one description per captured schedule here, and a
+#: profile of replayed steps can still say what each kernel fuses.
+DESCRIBE = None
+DESCRIPTIONS = weakref.WeakKeyDictionary()  # compiled schedule -> DESCRIBE's result
+#: a context manager factory stamping user lines on the nodes built inside it
+#: (needle.profiler.sources.stamping), used around a capture so DESCRIBE can name lines
+STAMP_SOURCES = contextlib.nullcontext
 
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,9 +102,11 @@ class Recorder:
         self.created_ids.add(id(tensor))
         self.created.append(weakref.ref(tensor))
 
-    def schedule(self, entry, leaves, scalars, device, outputs) -> None:
+    def schedule(self, entry, leaves, scalars, device, outputs, nodes, target) -> None:
         if self.mine():  # another thread's realize is not part of this call
             self.runs.append(ScheduleRun(entry, leaves, scalars, device, outputs))
+            if DESCRIBE is not None and entry not in DESCRIPTIONS:
+                DESCRIPTIONS[entry] = DESCRIBE(entry, nodes, leaves, target)
 
     def host(self, fn, inputs, outputs, device) -> None:
         self.runs.append(HostRun(fn, inputs, outputs, device))

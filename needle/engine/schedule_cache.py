@@ -118,7 +118,8 @@ def clear() -> None:
         cache.clear()
 
 
-#: `RECORDER(entry, leaves, scalars, device, outputs)` after each schedule runs, or None;
+#: `RECORDER(entry, leaves, scalars, device, outputs, nodes, target)` after each schedule
+#: runs (before `nodes` become buffers), or None;
 #: set by needle.jit only while it captures a step
 RECORDER = None
 
@@ -131,7 +132,8 @@ def realize(nodes) -> None:
     on_gpu = device.name == "cuda"
     if on_gpu:
         cuda_runtime.require()
-    entry, leaves, scalars = CACHES[device.name].get(nodes)
+    cache = CACHES[device.name]
+    entry, leaves, scalars = cache.get(nodes)
     if config.DEBUG >= 1:
         print(describe.schedule_summary(entry.schedule))
     t0 = time.perf_counter()
@@ -141,6 +143,6 @@ def realize(nodes) -> None:
     counters.add("run_seconds", time.perf_counter() - t0)
     counters.add("schedules")
     if RECORDER is not None:
-        RECORDER(entry, leaves, scalars, device, outputs)
+        RECORDER(entry, leaves, scalars, device, outputs, nodes, cache.target())
     for node, array in zip(nodes, outputs):
         node.become_buffer(array)

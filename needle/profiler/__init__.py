@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ..errors import ArgumentError, NeedleError
+from ..engine import capture
 from . import attribution, report, sources
 
 _active_lock = threading.Lock()
@@ -145,10 +146,15 @@ class Profile:
     def _make_timer(self, device: str):
         def timer(entry, i, t0, seconds):
             start = time.perf_counter()
-            current = getattr(self._local, "current", None)
             known = self._calls.get(id(entry))
-            info = known[1][i] if known is not None else attribution.CallInfo(entry.schedule.calls[i].kernel.name)
-            lines = current[1] if current is not None and current[1] is not None else info.lines
+            if known is not None:  # a realize this profile saw (eager ops: the line of the op)
+                info = known[1][i]
+                current = getattr(self._local, "current", None)
+                lines = current[1] if current is not None and current[1] is not None else info.lines
+            else:  # a replayed step of needle.jit: what its capture recorded
+                infos = capture.DESCRIPTIONS.get(entry)
+                info = infos[i] if infos is not None else attribution.CallInfo(entry.schedule.calls[i].kernel.name)
+                lines = info.lines
             key = (device, id(entry), i)  # one row per kernel of each schedule
             with self._lock:
                 row = self.kernels.get(key)
@@ -211,3 +217,7 @@ class Profile:
 def profile() -> Profile:
     """`with needle.profile() as p:` records every kernel launched inside the block."""
     return Profile()
+
+
+capture.DESCRIBE = attribution.describe_calls  # so that replayed kernels can be named ...
+capture.STAMP_SOURCES = sources.stamping      # ... with the user's lines

@@ -12,6 +12,7 @@ Tensors from a weak Tensor -> line table filled by a wrapped `make_from_op`).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -137,6 +138,20 @@ def uninstall() -> None:
         Value.make_from_op = _original_make
         _original_make = None
         _tensor_lines.clear()
+
+
+@contextlib.contextmanager
+def stamping():
+    """Stamp user lines on the nodes and tensors made inside the block (unless a
+    profile already does, which then keeps doing so after the block)."""
+    mine = _original_new is None
+    if mine:
+        install()
+    try:
+        yield
+    finally:
+        if mine:
+            uninstall()
 
 
 @functools.lru_cache(maxsize=4096)
