@@ -57,12 +57,21 @@ def param(value, shape, dtype, device) -> Node:
 BAKED = (0, 1, -1, 2, 0.5)
 
 
+def baked(value, exponent: bool = False) -> bool:
+    """The one policy every mode follows for a Python scalar operand: a power's
+    exponent (x**2 becomes x*x, x**0.5 sqrt) and the common values in BAKED are part
+    of the program (`const`); any other value is a run-time `param`."""
+    return exponent or (value in BAKED and not isinstance(value, RuntimeScalar))
+
+
 def scalar(value, shape, dtype, device, exponent: bool = False) -> Node:
-    """A Python scalar operand, by the one policy every mode follows: a power's
-    exponent (x**2 becomes x*x, x**0.5 sqrt) and the common values in BAKED are
-    part of the program (`const`); any other value is a run-time `param`."""
-    baked = exponent or (value in BAKED and not isinstance(value, RuntimeScalar))
-    return (const if baked else param)(value, shape, dtype, device)
+    """A Python scalar operand: a `const` or a `param`, as `baked` decides."""
+    return (const if baked(value, exponent) else param)(value, shape, dtype, device)
+
+
+def scalar_value(value, dtype):
+    """`value` as a scalar of `dtype` holds it (what a `param` node carries)."""
+    return Scalar(_scalar(value, dtype))
 
 
 def _scalar(value, dtype):

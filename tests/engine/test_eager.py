@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle.engine import schedule_cache
+from needle.engine import eager, schedule_cache
+from needle import backend_ndarray as nd
 from needle.ir import build
 
 
@@ -22,6 +23,7 @@ def scalar_kinds(monkeypatch, mode, make):
         original(nodes)
 
     monkeypatch.setattr(schedule_cache, "realize", realize)
+    monkeypatch.setattr(eager, "_KNOWN", {})  # build the graph, not the shortcut of a repeated op
     ndl.engine.forget_later()  # state other tests left for "the next schedule" is not ours
     with ndl.lazy(mode == "lazy"):
         make().numpy()
@@ -46,3 +48,29 @@ def test_the_scalar_policy():
     for value, kind in [(2, "const"), (0.5, "const"), (-1, "const"), (3.7, "param"), (10, "param")]:
         assert build.scalar(value, (3,), "float32", cpu).op == kind, value
     assert build.scalar(3.7, (3,), "float32", cpu, exponent=True).op == "const"
+
+
+def test_a_repeated_eager_op_runs_its_compiled_schedule_directly(monkeypatch):
+    """The second time, no graph is built (realize is not called), and the result is
+    still right for new values of a run-time scalar, aliased operands, other
+    offsets, and another layout (which is another schedule)."""
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((6, 8)).astype(np.float32)
+    a, b = nd.array(base, device=ndl.cpu()), nd.array(base[::-1].copy(), device=ndl.cpu())
+    graphs = []
+    original = schedule_cache.realize
+    monkeypatch.setattr(schedule_cache, "realize", lambda nodes: (graphs.append(nodes), original(nodes))[1])
+    for k, s in enumerate([1.75, -3.25, 1.75]):
+        np.testing.assert_array_equal((a * s).numpy(), base * np.float32(s))
+        np.testing.assert_array_equal((a + b).numpy(), base + base[::-1])
+        np.testing.assert_array_equal((a + a).numpy(), base + base)
+        for rows in (slice(1, 3), slice(2, 4)):  # one layout, another offset
+            want = base[rows].astype(np.float64).sum(axis=1)
+            bound = 8 * np.finfo(np.float32).eps * np.abs(base[rows]).sum(axis=1)  # 8 float32 additions
+            assert np.all(np.abs(a[rows].sum(axis=(1,)).numpy() - want) <= bound)
+        if k == 0:
+            built = len(graphs)
+    assert len(graphs) == built  # later rounds built no graph
+    t = a.permute((1, 0))
+    np.testing.assert_array_equal((t * 1.75).numpy(), base.T * np.float32(1.75))
+    assert len(graphs) == built + 1  # a new layout is a new graph
