@@ -67,8 +67,11 @@ def cpu_target() -> Target:
     return target
 
 
+_CUDA_TARGETS = {flag: Target("cuda", 0, bounds_check=flag) for flag in (False, True)}
+
+
 def cuda_target() -> Target:
-    return Target("cuda", 0, bounds_check=config.BOUNDS_CHECK)
+    return _CUDA_TARGETS[bool(config.BOUNDS_CHECK)]
 
 
 def target_for(device_name: str) -> Target:
@@ -89,7 +92,7 @@ def _compile_cuda(schedule, target: Target):
     return cuda_runtime.CompiledSchedule(schedule, source, names, target.bounds_check)
 
 
-def compile(schedule, target: Target):
+def compile_schedule(schedule, target: Target):
     """The device's CompiledSchedule of `schedule` on `target` (kernels rendered,
     compiled and loaded)."""
     return (_compile_cuda if target.name == "cuda" else _compile_cpu)(schedule, target)
@@ -102,8 +105,8 @@ def kernel_code(kernel, target: Target, optimized: bool = False) -> str:
     return jit.llvm_ir(kernel, target, llvm_codegen, optimized)
 
 
-CACHES = {"cpu": ScheduleCache("cpu", compile, cpu_target),
-          "cuda": ScheduleCache("cuda", compile, cuda_target)}
+CACHES = {"cpu": ScheduleCache("cpu", compile_schedule, cpu_target),
+          "cuda": ScheduleCache("cuda", compile_schedule, cuda_target)}
 cuda_runtime.at_shutdown(CACHES["cuda"].clear)  # its entries hold device memory
 
 

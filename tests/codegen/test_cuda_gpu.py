@@ -37,7 +37,7 @@ def test_cases_on_gpu(name):
     expected = reference.evaluate(nodes)
     schedule, _ = scheduling.plan(nodes, cuda_target())
     leaves, _, scalars, _ = scheduling.graph_inputs(nodes)
-    outputs = schedule_cache.compile(schedule, cuda_target()).run([_to_gpu(x) for x in leaves], scalars, ndl.cuda())
+    outputs = schedule_cache.compile_schedule(schedule, cuda_target()).run([_to_gpu(x) for x in leaves], scalars, ndl.cuda())
     tol = cases.CASES[name][1]
     for g, e in zip(outputs, expected):
         g = g.numpy()

@@ -43,7 +43,7 @@ def test_a_plan_for_a_narrower_target_runs_on_this_host(vector_bytes):
     nodes, a, b = matmul_nodes(np.random.default_rng(1))
     signature = structure(nodes)
     schedule, _ = plan(nodes, target, signature)
-    compiled = schedule_cache.compile(schedule, target)
+    compiled = schedule_cache.compile_schedule(schedule, target)
     (out,) = compiled.run(signature.leaves, signature.scalars, ndl.cpu())
     want = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
     # float32 dot products of 300 terms: error below 300 * eps * sum|a_ik b_kj|
