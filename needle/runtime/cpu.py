@@ -14,7 +14,7 @@ import numpy as np
 from ..backend_ndarray.ndarray import NDArray
 from ..dtypes import DTYPES
 from ..errors import BoundsError
-from . import jit
+from . import jit, launcher
 from .lru import ENTRY_BYTES_PER_CALL
 from .pool import POOL
 from .runner import ScheduleRunner
@@ -63,6 +63,9 @@ class CompiledSchedule(ScheduleRunner):
         t = self.tables  # each kernel's argument pointers into the schedule's own tables
         self.launches = [(k, t.table_ptr + i * t.table_row, t.params_ptr + i * t.params_row, total, threaded, i)
                          for i, (k, total, threaded) in enumerate(zip(self.kernels, self.totals, self.threaded))]
+        #: the replay plan of `launch_all`: each run of single-threaded kernels is one
+        #: native call (launcher.py: ctypes costs more than a small kernel runs)
+        self.segments, self.entry_tables = _segments(self.launches, t.err_ptr)
 
     # ---- the runner's hooks: host memory, ctypes and GOMP launches ----------------------
     def take_args(self):
@@ -128,12 +131,36 @@ class CompiledSchedule(ScheduleRunner):
 def _launch_all_of(compiled, args) -> None:
     """Every kernel of `compiled`, untimed and unchecked, from its own argument tables
     (their pointers computed once): the replay loop of a captured step."""
-    err = args.err_ptr
-    for kernel, bufs, params, total, threaded, i in compiled.launches:
-        if threaded:
-            _launch(kernel, args, i, total, threaded, None)
+    native = launcher.launch_list()
+    for table, count, launch in compiled.segments:
+        if launch is None:
+            native(table, count)
         else:
-            kernel.cfunc(bufs, params, 0, total, 0, err)
+            kernel, _, _, total, threads, i = launch
+            _launch(kernel, args, i, total, threads, None)
+
+
+def _segments(launches, err_ptr) -> tuple:
+    """([(entry table address, kernel count, None) per run of consecutive
+    single-threaded kernels, (None, 0, launch) per threaded kernel], the entry
+    tables, which must live as long as the segments point into them)."""
+    segments, tables, run = [], [], []
+
+    def close():
+        if run:
+            tables.append(launcher.entries(run))
+            segments.append((tables[-1].ctypes.data, len(run), None))
+            run.clear()
+
+    for launch in launches:
+        kernel, bufs, params, total, threads, _ = launch
+        if threads:
+            close()
+            segments.append((None, 0, launch))
+        else:
+            run.append((kernel.address, bufs, params, total, err_ptr))
+    close()
+    return segments, tables
 
 
 def address(handle) -> int:

@@ -86,3 +86,18 @@ def test_thread_setting_is_honoured_for_cached_schedules(monkeypatch):
     _, flags = run_with(monkeypatch, 2, make, x)
     if jit.gomp() is not None:
         assert any(flags)
+
+
+def test_single_threaded_runs_are_launched_by_one_native_call():
+    """Consecutive single-threaded kernels become one entry table (one ctypes call
+    into runtime/launcher.py); a threaded kernel goes through GOMP between them."""
+    class Kernel:
+        def __init__(self, address):
+            self.address = address
+    launches = [(Kernel(10 * i + 1), 100 + i, 200 + i, 7 + i, threads, i)
+                for i, threads in enumerate([0, 0, 2, 0])]
+    segments, tables = cpu_runtime._segments(launches, err_ptr=999)
+    assert [(count, launch is not None) for _, count, launch in segments] == [(2, False), (0, True), (1, False)]
+    assert tables[0].tolist() == [[1, 100, 200, 7, 999], [11, 101, 201, 8, 999]]
+    assert tables[1].tolist() == [[31, 103, 203, 10, 999]]
+    assert segments[0][0] == tables[0].ctypes.data and segments[1][2] is launches[2]

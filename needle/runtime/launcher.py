@@ -1,0 +1,80 @@
+"""A native loop that calls a list of compiled kernels one after the other.
+
+Each ctypes call costs about a microsecond and a half, more than many small
+kernels run (an LSTM step is two thousand of them).  A schedule's consecutive
+single-threaded kernels are therefore launched by one ctypes call into this
+loop, which reads (entry point, buffer table, parameters, total, error flag)
+five 64-bit words per kernel and calls each entry point as Python would.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import llvmlite.binding as llvm
+import numpy as np
+
+_IR = """
+define void @needle_launch_list(ptr %entries, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%next, %body]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %body, label %exit
+body:
+  %base = mul i64 %i, 5
+  %p_fn = getelementptr i64, ptr %entries, i64 %base
+  %fn_word = load i64, ptr %p_fn
+  %fn = inttoptr i64 %fn_word to ptr
+  %i1 = add i64 %base, 1
+  %p_bufs = getelementptr i64, ptr %entries, i64 %i1
+  %bufs_word = load i64, ptr %p_bufs
+  %bufs = inttoptr i64 %bufs_word to ptr
+  %i2 = add i64 %base, 2
+  %p_params = getelementptr i64, ptr %entries, i64 %i2
+  %params_word = load i64, ptr %p_params
+  %params = inttoptr i64 %params_word to ptr
+  %i3 = add i64 %base, 3
+  %p_total = getelementptr i64, ptr %entries, i64 %i3
+  %total = load i64, ptr %p_total
+  %i4 = add i64 %base, 4
+  %p_err = getelementptr i64, ptr %entries, i64 %i4
+  %err_word = load i64, ptr %p_err
+  %err = inttoptr i64 %err_word to ptr
+  call void %fn(ptr %bufs, ptr %params, i64 0, i64 %total, ptr null, ptr %err)
+  %next = add i64 %i, 1
+  br label %loop
+exit:
+  ret void
+}
+"""
+
+_lock = threading.Lock()
+_state = {}
+
+
+def launch_list():
+    """The native `launch_list(entries, n)` (compiled once per process)."""
+    fn = _state.get("fn")
+    if fn is None:
+        with _lock:
+            if "fn" not in _state:
+                llvm.initialize_native_target()
+                llvm.initialize_native_asmprinter()
+                module = llvm.parse_assembly(_IR)
+                module.verify()
+                machine = llvm.Target.from_default_triple().create_target_machine()
+                engine = llvm.create_mcjit_compiler(module, machine)
+                engine.finalize_object()
+                address = engine.get_function_address("needle_launch_list")
+                _state["engine"] = engine  # keeps the code alive
+                _state["fn"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(address)
+            fn = _state["fn"]
+    return fn
+
+
+def entries(rows) -> np.ndarray:
+    """The entry table for `rows` of (entry point, buffer table, parameters, total,
+    error flag) addresses and counts."""
+    return np.array(rows, dtype=np.int64).reshape(len(rows), 5)
