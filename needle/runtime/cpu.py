@@ -105,11 +105,11 @@ class CompiledSchedule(ScheduleRunner):
 
     def prepare(self, args, scalars) -> None:
         """Every kernel's pointer list and parameters, gathered in one numpy operation each."""
-        np.take(args.ptrs, self.slot_matrix, out=args.table)
+        args.ptrs.take(self.slot_matrix, out=args.table)
         values = args.values
         for k, x in enumerate(scalars):
             values[k] = x.value
-        np.take(values, self.param_matrix, out=args.params)
+        values.take(self.param_matrix, out=args.params)
         args.err[0] = 0
 
     def launch_all(self, args) -> bool:
