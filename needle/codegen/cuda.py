@@ -172,8 +172,9 @@ class _Renderer:
         return e.name
 
     def _e_Special(self, e: K.Special) -> str:
-        field = {"tid": "threadIdx", "bid": "blockIdx", "bdim": "blockDim", "gdim": "gridDim"}[e.name]
-        return f"((long long){field}.x)"
+        if e.name != "tid":
+            raise ValueError(f"CUDA renderer: unknown hardware index {e.name}")
+        return "((long long)threadIdx.x)"
 
     def _e_Param(self, e: K.Param) -> str:
         return f"params[{e.index}]"

@@ -10,7 +10,7 @@ the renderer how to map a loop:
 - unroll:   fully unrolled by the renderer (constant extent)
 - vector:   lanes of one SIMD vector on the CPU (constant extent), each lane the
             loop variable + lane; a plain loop on CUDA
-- block / thread: CUDA grid and block dimensions (axis in `Loop.axis`)
+- block / thread: CUDA blocks of the grid / threads of a block (grid- and block-stride)
 
 A kernel reads and writes `Buf` arguments by name and scalar run-time parameters
 by index into a float64 array.
@@ -38,8 +38,8 @@ class Var:
 
 @dataclass(frozen=True)
 class Special:
-    """A hardware index: tid / bid / bdim / gdim (CUDA threadIdx.x, blockIdx.x,
-    blockDim.x, gridDim.x).  The CPU renderer rejects it."""
+    """A hardware index: tid (CUDA threadIdx.x), the only one the lowering reads: the
+    block and thread loops render their own strides.  The CPU renderer rejects it."""
     name: str
     dtype: str = INDEX
 
@@ -177,7 +177,6 @@ class Loop:
     kind: str = "serial"      # serial parallel unroll vector block thread
     start: object = 0
     step: int = 1
-    axis: int = 0             # CUDA: grid/block dimension
 
 
 @dataclass

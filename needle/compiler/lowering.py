@@ -206,7 +206,7 @@ class Lowering:
         if id(g.root) in self.accs or g.epilogue():
             kept_vars = iter(K.Var(v) for v, _ in kept)
             root_index = tuple(K.Const(0) if n == 1 else next(kept_vars) for n in g.root.shape)
-            value = self.accs.get(id(g.root)) or self.gen(g.root, root_index)
+            value = self.accs[id(g.root)] if id(g.root) in self.accs else self.gen(g.root, root_index)
             return once([K.Store(out, linear(root_index, View.contiguous(g.root.shape).strides, 0), value)])
         result = self.gen(g.root, index) if result is None else result
         return over_reduced([K.Store(out, linear(index, View.contiguous(g.domain).strides, 0), result)])
@@ -217,10 +217,10 @@ class Lowering:
         until overwritten.  (last pass, the root's value) with the rewrite, else as given."""
         g = self.group
         stage = g.stages[-1]
+        out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
         value, result = self.gen(stage.srcs[0], index), self.gen(g.root, index)
         if not (value.dtype == g.root.dtype and is_float(value.dtype) and costly(value) and contains(result, value)):
             return last_pass, None
-        out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
         at = linear(index, View.contiguous(g.domain).strides, 0)
         acc, kept = self.accs[id(stage)], K.Load(out, at, value.dtype)
         loops = nest_loops(red, [K.Store(out, at, value),

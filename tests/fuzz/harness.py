@@ -138,15 +138,15 @@ def _clear_maxima(a: np.ndarray, axes) -> bool:
     return bool(np.all(top[:, -1] - top[:, -2] > 1e-3))
 
 
-def gradient_problems(prog: Program) -> list:
+def gradient_problems(prog: Program, device=CPU) -> list:
     needle_fn, numpy_fn = compile_program(prog)
     values = numpy_fn(prog.inputs)
     out = prog.outputs[0]
     w = weights_for(values[out].shape)
     expected, roundoff = numerical_gradients(numpy_fn, prog.inputs, out, w)
     with ndl.lazy(True):
-        outs, tensors = needle_fn(prog.inputs, CPU, requires_grad=True)
-        outs[0].backward(ndl.Tensor(w, device=CPU, dtype="float64", requires_grad=False))
+        outs, tensors = needle_fn(prog.inputs, device, requires_grad=True)
+        outs[0].backward(ndl.Tensor(w, device=device, dtype="float64", requires_grad=False))
         got_value = outs[0].numpy()
         grads = [t.grad.numpy() if t.grad is not None else None for t in tensors]
     problems = forward_problems(prog, [got_value], values, Bounds(prog, values))
@@ -167,13 +167,19 @@ def gradient_problems(prog: Program) -> list:
     return problems
 
 
-def check_gradients(prog: Program) -> None:
+def check_gradients(prog: Program, mode: str = "gradient") -> None:
+    """backward() equals finite differences; mode "gradient" on cpu(), "cuda-small-gradient"
+    on cuda() with the CUDA lowering's thresholds shrunk (set by the caller) and bounds checks."""
     try:
-        problems = gradient_problems(prog)
+        if mode == "gradient":
+            problems = gradient_problems(prog)
+        else:
+            with _mode("cuda"):
+                problems = gradient_problems(prog, ndl.cuda())
         if problems:
             raise AssertionError("gradients differ:\n  " + "\n  ".join(problems))
     except Exception as e:
-        save_failure(prog, "gradient", f"{type(e).__name__}: {e}")
+        save_failure(prog, mode, f"{type(e).__name__}: {e}")
         raise
 
 
@@ -215,7 +221,11 @@ def _regression_body(prog: Program, mode: str, bounds: Bounds) -> str:
              graphs.inputs_source(prog), "", "",
              graphs.needle_source(prog), "", "", graphs.numpy_source(prog), "", ""]
     if mode == "gradient":
-        parts.append(_GRADIENT_TEST.format(out=prog.outputs[0], step=FD_STEP))
+        parts.append(_GRADIENT_TEST.format(out=prog.outputs[0], step=FD_STEP, fixture="", args=""))
+    elif mode.endswith("gradient"):
+        parts.insert(6, "from tests.codegen.cuda_emulation.gpu import gpu, pytestmark  # noqa: F401")
+        parts.append(_GRADIENT_TEST.format(out=prog.outputs[0], step=FD_STEP, fixture="gpu, monkeypatch",
+                                           args=", device=gpu, small_thresholds=True, monkeypatch=monkeypatch"))
     else:
         if bounds is None:
             _, numpy_fn = compile_program(prog)
@@ -253,6 +263,6 @@ def test_regression_HASH({fixture}):
     check_forward(inputs, needle_program, numpy_program, CHECKS, {args})
 '''
 
-_GRADIENT_TEST = '''def test_regression_HASH():
-    check_gradient(inputs, needle_program, numpy_program, out={out}, step={step})
+_GRADIENT_TEST = '''def test_regression_HASH({fixture}):
+    check_gradient(inputs, needle_program, numpy_program, out={out}, step={step}{args})
 '''

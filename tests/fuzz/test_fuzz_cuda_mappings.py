@@ -3,14 +3,16 @@ small programs reach every mapping that real sizes choose: tiled matmuls (small 
 large tiles, ragged on every edge, fused producers and epilogues), reductions as
 rows (a block per output, all-reduce) and as splits (ragged chunks of fewer elements
 than threads, then rows over the partials).  Same oracle and bounds checking as
-test_fuzz_cuda.py."""
+test_fuzz_cuda.py; gradient programs too (backward graphs: transposed matmuls,
+broadcast-back sums), against finite differences as in test_fuzz_gradients.py."""
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 
 from needle import config
 from needle.compiler import cuda_lowering
 from tests.codegen.cuda_emulation.gpu import cuda_runtime, pytestmark  # noqa: F401
 from tests.fuzz import graphs, harness
+from tests.fuzz.graphs import compile_program
 from tests.fuzz.regressions.support import SMALL_THRESHOLDS as SMALL
 from tests.fuzz.test_fuzz_cuda import EXAMPLES
 
@@ -36,3 +38,11 @@ def gpu(tmp_path_factory):
 @given(prog=graphs.programs("forward"))
 def test_cuda_mappings_match_numpy_in_bounds(gpu, prog):
     harness.check_forward(prog, "cuda-small")
+
+
+@settings(max_examples=max(1, EXAMPLES // 3))
+@given(prog=graphs.programs("gradient", max_steps=5))
+def test_cuda_backward_matches_finite_differences(gpu, prog):
+    _, numpy_fn = compile_program(prog)
+    assume(harness.well_conditioned(prog, numpy_fn(prog.inputs)))
+    harness.check_gradients(prog, "cuda-small-gradient")

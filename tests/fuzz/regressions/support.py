@@ -20,9 +20,7 @@ def check_forward(inputs, needle_program, numpy_program, checks, lazy=True, toge
     if bounds_check:
         monkeypatch.setattr(config, "BOUNDS_CHECK", True)
     if small_thresholds:
-        from needle.compiler import cuda_lowering
-        for name, value in SMALL_THRESHOLDS.items():
-            monkeypatch.setattr(cuda_lowering, name, value)
+        _shrink_thresholds(monkeypatch)
     x = inputs()
     want = numpy_program(x)
     with ndl.lazy(lazy):
@@ -39,14 +37,28 @@ def check_forward(inputs, needle_program, numpy_program, checks, lazy=True, toge
         assert ok.all(), f"v{k}: got {g64[~ok]}, want {w[~ok]}"
 
 
-def check_gradient(inputs, needle_program, numpy_program, out, step):
-    """Gradients of a random weighting of output `out` against central differences."""
+def _shrink_thresholds(monkeypatch) -> None:
+    from needle.compiler import cuda_lowering
+    for name, value in SMALL_THRESHOLDS.items():
+        monkeypatch.setattr(cuda_lowering, name, value)
+
+
+def check_gradient(inputs, needle_program, numpy_program, out, step, device=None, small_thresholds=False,
+                   monkeypatch=None):
+    """Gradients of a random weighting of output `out` against central differences;
+    `device` (the `gpu` fixture) runs them bounds-checked on cuda(), with SMALL_THRESHOLDS
+    if `small_thresholds`."""
     x = inputs()
     want = numpy_program(x)
     w = np.random.default_rng(1234).uniform(0.5, 1.5, size=want[out].shape)
+    if device is not None:
+        monkeypatch.setattr(config, "BOUNDS_CHECK", True)
+        if small_thresholds:
+            _shrink_thresholds(monkeypatch)
+    dev = ndl.cuda() if device is not None else ndl.cpu()
     with ndl.lazy(True):
-        outs, tensors = needle_program(x, ndl.cpu(), requires_grad=True)
-        outs[0].backward(ndl.Tensor(w, device=ndl.cpu(), dtype="float64", requires_grad=False))
+        outs, tensors = needle_program(x, dev, requires_grad=True)
+        outs[0].backward(ndl.Tensor(w, device=dev, dtype="float64", requires_grad=False))
         np.testing.assert_allclose(outs[0].numpy(), want[out], rtol=1e-7, atol=1e-9)
         for i, t in enumerate(tensors):
             expected = np.zeros(x[i].shape)
