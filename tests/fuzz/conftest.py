@@ -12,7 +12,7 @@ Every test scales its example count from the profile's `max_examples`
 (`examples(fraction)`), so one knob sizes the whole directory: FUZZ_EXAMPLES
 (default 1200 for "ci": about 75 s with a cold kernel cache on 2 cores, 15 s warm;
 4000 for "long").  The CUDA-emulator tests (test_fuzz_cuda.py, and
-test_fuzz_cuda_mappings.py with the CUDA lowering's size thresholds shrunk) run 3% of
+test_fuzz_cuda_mappings.py with the CUDA lowering's size thresholds shrunk) run 2% of
 that each, or FUZZ_CUDA_EXAMPLES programs: each new schedule costs a g++ build of
 about a second.
 
