@@ -143,8 +143,8 @@ def _symbol(key: str) -> str:
 def compile_kernels(kernels, target: Target, renderer) -> list:
     """Each kernel compiled for `target`: from the memory cache, else from the disk
     cache or LLVM, loaded into the target's current engine together.  `renderer`
-    (needle.codegen.llvm) turns kernel IR into LLVM IR: `render(kernel, symbol,
-    bounds_check)` and `fingerprint()`, a hash of its own code for the cache key."""
+    (needle.codegen.llvm) turns kernel IR into LLVM IR text: `render(kernel, symbol,
+    bounds_check, vector_bytes)` and `fingerprint()`, a hash of its own code for the cache key."""
     keys = [kernel_key(k, target, renderer) for k in kernels]
     out = [_compiled.get(key) for key in keys]
     if all(c is not None for c in out):
@@ -189,8 +189,9 @@ def _compile(missing, target: Target, renderer) -> list:
     Two or more kernels go to the compile workers (config.COMPILE_WORKERS)."""
     def jobs():
         for kernel, key in missing:
-            module = renderer.render(kernel, _symbol(key), bounds_check=target.bounds_check)
-            yield str(module), target.cpu, target.features, level_for(kernel)
+            text = renderer.render(kernel, _symbol(key), bounds_check=target.bounds_check,
+                                   vector_bytes=target.vector_bytes)
+            yield text, target.cpu, target.features, level_for(kernel)
 
     workers = min(config.COMPILE_WORKERS, len(missing))
     if len(missing) >= 2 and workers >= 1:
@@ -250,11 +251,12 @@ def _looks_like_kernel(obj: bytes, symbol: str) -> bool:
 def llvm_ir(kernel, target: Target, renderer, optimized: bool = False) -> str:
     """The LLVM IR text of a kernel for `target` (before or after its pass pipeline)."""
     key = kernel_key(kernel, target, renderer)
-    module = renderer.render(kernel, _symbol(key), bounds_check=target.bounds_check)
+    text = renderer.render(kernel, _symbol(key), bounds_check=target.bounds_check,
+                           vector_bytes=target.vector_bytes)
     if not optimized:
-        return str(module)
+        return text
     with _lock:
         try:
-            return str(llvm_compile.optimize(str(module), target.cpu, target.features, level_for(kernel)))
+            return str(llvm_compile.optimize(text, target.cpu, target.features, level_for(kernel)))
         except ValueError as e:
             raise CompileError(str(e)) from None

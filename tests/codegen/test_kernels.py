@@ -13,6 +13,8 @@ import needle as ndl
 import needle.runtime as rt
 from needle import config, ops
 from needle.backend_ndarray.ndarray import NDArray
+from needle.compiler.schedule import plan
+from needle.engine import schedule_cache
 from needle.engine.realize import realize_nodes
 from needle.ir import build, reference
 from needle.ir.lazy import LazyArray
@@ -611,3 +613,18 @@ def test_bounds_check_masked_reads(bounds_check):
     out = ops.conv(z, w, stride=1, padding=1)
     expected = reference.evaluate(output_nodes([out]))[0]
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("vector_bytes", [64, 32])
+def test_kernels_ask_for_the_targets_vector_width(vector_bytes):
+    """LLVM vectorizes for 256-bit registers on AVX-512 CPUs unless a function asks
+    for more; every function of a kernel asks for its target's width."""
+    from needle.codegen import llvm as llvm_codegen
+    x = ndl.Tensor(np.ones(64, np.float32), requires_grad=False)
+    with ndl.lazy(True):
+        y = ndl.ops.exp(x)
+    kernel = plan(output_nodes([y]), schedule_cache.cpu_target())[0].calls[0].kernel
+    text = llvm_codegen.render(kernel, "k_test", vector_bytes=vector_bytes)
+    defines = [line for line in text.splitlines() if line.startswith("define ")]
+    assert defines and all(line.endswith(f'"prefer-vector-width"="{8 * vector_bytes}"') for line in defines)
+    assert "prefer-vector-width" not in llvm_codegen.render(kernel, "k_test")

@@ -86,7 +86,7 @@ class BrokenRenderer:
         return "broken-renderer"
 
     @staticmethod
-    def render(kernel, symbol, bounds_check):
+    def render(kernel, symbol, bounds_check, vector_bytes=0):
         return f"define void @{symbol}() {{ this is not LLVM IR }}"
 
 
