@@ -118,7 +118,7 @@ class _Renderer:
             stop = n if s.start == 0 else f"{start} + {n}"
             if s.kind == "unroll":
                 self.lines.append(f"{pad}#pragma unroll")
-            head = f"for (long long {v} = {start}; {v} < {stop}; {v} += {s.step})"
+            head = f"for (long long {v} = {start}; {v} < {stop}; ++{v})"
         self.lines.append(f"{pad}{head} {{")
         self._stmts(s.body, depth + 1)
         self.lines.append(f"{pad}}}")

@@ -175,8 +175,7 @@ class Loop:
     extent: object            # int or Expr
     body: list
     kind: str = "serial"      # serial parallel unroll vector block thread
-    start: object = 0
-    step: int = 1
+    start: object = 0         # the loop runs start, start + 1, ..., start + extent - 1
 
 
 @dataclass
@@ -299,8 +298,7 @@ def _print_body(body, lines, depth) -> None:
         if isinstance(s, Loop):
             kind = "" if s.kind == "serial" else s.kind + " "
             start = "" if s.start == 0 else f"{_s(s.start)}.."
-            step = "" if s.step == 1 else f" step {s.step}"
-            lines.append(f"{pad}{kind}for {s.var} in {start}{_s(s.extent)}{step}:")
+            lines.append(f"{pad}{kind}for {s.var} in {start}{_s(s.extent)}:")
             _print_body(s.body, lines, depth + 1)
         elif isinstance(s, Let):
             lines.append(f"{pad}{s.var} = {expr_str(s.expr)}")

@@ -179,7 +179,7 @@ class _Renderer(ValueHelpers, VectorLoops):
         self._stmts(s.body)
         self.scopes.pop()
         self.scopes[-1].clear()  # the loop may have changed mutables cached values used
-        nxt = b.add(i, ir.Constant(I64, s.step))
+        nxt = b.add(i, ir.Constant(I64, 1))
         i.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(exit_)
@@ -340,9 +340,9 @@ class _Renderer(ValueHelpers, VectorLoops):
         a, b_ = self._unify(self.expr(e.a), self.expr(e.b))
         # acc + a*b into a local accumulator (the matmul micro-kernel's tile) may become an fma
         accumulate = e.op == "add" and any(isinstance(x, K.Load) and x.buf in self.locals for x in (e.a, e.b))
-        return self._binary(e.op, a, b_, e.a.dtype if e.op in K.COMPARE else e.dtype, e.b, accumulate)
+        return self._binary(e.op, a, b_, e.a.dtype if e.op in K.COMPARE else e.dtype, accumulate)
 
-    def _binary(self, op, a, b_, dtype, b_expr=None, accumulate=False):
+    def _binary(self, op, a, b_, dtype, accumulate=False):
         b = self.b
         if op in ("and", "or"):
             return b.and_(a, b_) if op == "and" else b.or_(a, b_)
@@ -351,7 +351,7 @@ class _Renderer(ValueHelpers, VectorLoops):
                 return (b.fcmp_unordered if op == "ne" else b.fcmp_ordered)(
                     {"lt": "<", "le": "<=", "eq": "==", "ne": "!="}[op], a, b_)
             if op == "pow":
-                return self._pow(a, b_, dtype, b_expr)
+                return self._pow(a, b_, dtype)
             if op in ("max", "min"):
                 return self._call_intrinsic("llvm.maximum" if op == "max" else "llvm.minimum", dtype, [a, b_])
             # A product may be contracted (fma) only into an accumulation: a reduction's

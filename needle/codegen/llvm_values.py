@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from . import kernel_ir as K
 from . import vecmath
 from .llvm_types import I32, TYPES, is_float
 
@@ -12,33 +11,12 @@ from .llvm_types import I32, TYPES, is_float
 class ValueHelpers:
     """Mixin of the LLVM renderer; uses its builder `self.b` and `self._extern`."""
 
-    def _pow(self, a, b_, dtype, exponent):
-        """x ** c for small constants as multiplies / sqrt, as numpy does them (x ** 0.5 is
-        sqrt: sqrt(-inf) = nan where pow gives inf); one rounding each, so exact to half an
-        ulp.  float32's 3, -2 and -0.5 would take two roundings: they and float32's other
-        powers go through vecmath's float64 pow; float64's through llvm.pow."""
-        b = self.b
-        if isinstance(exponent, K.Const):
-            c = float(exponent.value)
-            one = self._const(1.0, dtype, a)
-            if c == 1:
-                return a
-            if c == 2:
-                return b.fmul(a, a)
-            if dtype == "float32" and c not in (0.5, -1):
-                return vecmath.pow_f32(b, a, b_)
-            if c == 3:
-                return b.fmul(b.fmul(a, a), a)
-            if c == 0.5:
-                return self._call_intrinsic("llvm.sqrt", dtype, [a])
-            if c == -1:
-                return b.fdiv(one, a)
-            if c == -2:
-                return b.fdiv(one, b.fmul(a, a))
-            if c == -0.5:
-                return b.fdiv(one, self._call_intrinsic("llvm.sqrt", dtype, [a]))
+    def _pow(self, a, b_, dtype):
+        """x ** y: vecmath's pow, evaluated in float64 and rounded once, for float32;
+        llvm.pow for float64.  (The constant exponents numpy computes without pow, x ** 2
+        or x ** 0.5, are rewritten by the lowering: compiler.kernel_exprs.power.)"""
         if dtype == "float32":
-            return vecmath.pow_f32(b, a, b_)
+            return vecmath.pow_f32(self.b, a, b_)
         return self._call_intrinsic("llvm.pow", dtype, [a, b_])
 
     def cast(self, x, src: str, dst: str):
