@@ -37,6 +37,7 @@ import contextlib
 import functools
 import os
 import sys
+import time
 import traceback
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -135,10 +136,8 @@ def _abort_all_ranks_on_uncaught_exception(comm) -> None:
     def hook(kind, value, tb):
         try:
             previous(kind, value, tb)
-            sys.stdout.flush()
-            sys.stderr.flush()
         finally:
-            comm.Abort(1)
+            _abort(comm)
 
     sys.excepthook = hook
 
@@ -157,8 +156,20 @@ def abort_on_error():
         traceback.print_exc()
         print(f"needle.distributed: rank {world.rank} failed ({type(error).__name__}: {error}); "
               f"aborting all {world.size} ranks", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        world.comm.Abort(1)
+        _abort(world.comm)
+
+
+#: seconds a failing rank waits between writing its error and aborting the world:
+#: mpiexec forwards a rank's output through a proxy that the abort kills, and a
+#: message still in that pipe would be lost (the user would see ranks die silently)
+ABORT_GRACE = 0.5
+
+
+def _abort(comm) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(ABORT_GRACE)
+    comm.Abort(1)
 
 
 def _abort_all_ranks_on_uncaught_exception_before_init() -> None:
@@ -174,8 +185,7 @@ def _abort_all_ranks_on_uncaught_exception_before_init() -> None:
             except Exception:  # noqa: BLE001 - no mpi4py: nothing more can be done
                 return
             if _WORLD.size > 1:
-                sys.stderr.flush()
-                _WORLD.comm.Abort(1)
+                _abort(_WORLD.comm)
 
     sys.excepthook = hook
 
