@@ -14,41 +14,30 @@ import threading
 import llvmlite.binding as llvm
 import numpy as np
 
-_IR = """
-define void @needle_launch_list(ptr %entries, i64 %n) {
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%next, %body]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %body, label %exit
-body:
-  %base = mul i64 %i, 5
-  %p_fn = getelementptr i64, ptr %entries, i64 %base
-  %fn_word = load i64, ptr %p_fn
-  %fn = inttoptr i64 %fn_word to ptr
-  %i1 = add i64 %base, 1
-  %p_bufs = getelementptr i64, ptr %entries, i64 %i1
-  %bufs_word = load i64, ptr %p_bufs
-  %bufs = inttoptr i64 %bufs_word to ptr
-  %i2 = add i64 %base, 2
-  %p_params = getelementptr i64, ptr %entries, i64 %i2
-  %params_word = load i64, ptr %p_params
-  %params = inttoptr i64 %params_word to ptr
-  %i3 = add i64 %base, 3
-  %p_total = getelementptr i64, ptr %entries, i64 %i3
-  %total = load i64, ptr %p_total
-  %i4 = add i64 %base, 4
-  %p_err = getelementptr i64, ptr %entries, i64 %i4
-  %err_word = load i64, ptr %p_err
-  %err = inttoptr i64 %err_word to ptr
-  call void %fn(ptr %bufs, ptr %params, i64 0, i64 %total, ptr null, ptr %err)
-  %next = add i64 %i, 1
-  br label %loop
-exit:
-  ret void
-}
-"""
+#: an entry's five words, in order, and whether each is a pointer
+_FIELDS = (("fn", True), ("bufs", True), ("params", True), ("total", False), ("err", True))
+
+
+def _ir() -> str:
+    """LLVM IR of `needle_launch_list(entries, n)`: for each entry, call
+    fn(bufs, params, 0, total, null, err)."""
+    loads = []
+    for k, (name, is_ptr) in enumerate(_FIELDS):
+        word = name + "_word" if is_ptr else name
+        loads += [f"  %i_{name} = add i64 %base, {k}",
+                  f"  %p_{name} = getelementptr i64, ptr %entries, i64 %i_{name}",
+                  f"  %{word} = load i64, ptr %p_{name}"]
+        if is_ptr:
+            loads.append(f"  %{name} = inttoptr i64 %{word} to ptr")
+    return "\n".join([
+        "define void @needle_launch_list(ptr %entries, i64 %n) {",
+        "entry:", "  br label %loop",
+        "loop:", "  %i = phi i64 [0, %entry], [%next, %body]", "  %more = icmp slt i64 %i, %n",
+        "  br i1 %more, label %body, label %exit",
+        "body:", "  %base = mul i64 %i, 5", *loads,
+        "  call void %fn(ptr %bufs, ptr %params, i64 0, i64 %total, ptr null, ptr %err)",
+        "  %next = add i64 %i, 1", "  br label %loop",
+        "exit:", "  ret void", "}"])
 
 _lock = threading.Lock()
 _state = {}
@@ -62,7 +51,7 @@ def launch_list():
             if "fn" not in _state:
                 llvm.initialize_native_target()
                 llvm.initialize_native_asmprinter()
-                module = llvm.parse_assembly(_IR)
+                module = llvm.parse_assembly(_ir())
                 module.verify()
                 machine = llvm.Target.from_default_triple().create_target_machine()
                 engine = llvm.create_mcjit_compiler(module, machine)
