@@ -121,7 +121,10 @@ def fuse(folded: FoldedGraph) -> FusedGraph:
 
 def _members(g: Group, stored: set) -> list:
     """The folded nodes group `g` evaluates: from its root (for a piece: the piece's
-    source) down through inlined nodes, stopping at stored results and loads."""
+    source) down through inlined nodes, stopping at views, stored results and loads,
+    which it reads.  A fill evaluates nothing but zeros."""
+    if g.kind == "fill":
+        return [g.root]
     root = g.root.srcs[g.piece] if g.kind == "piece" else g.root
     members, seen = ([g.root] if g.kind == "piece" else []), set()
     stack = [root] + list(g.stages) + ([g.matmul] if g.matmul is not None else [])
@@ -131,8 +134,8 @@ def _members(g: Group, stored: set) -> list:
             continue
         seen.add(id(n))
         members.append(n)
-        inlined = id(n) not in stored or n is g.root or n is root or n in g.stages or n is g.matmul
-        if n.op != "view" and inlined and n.op not in ("buffer", "const", "param"):
+        inlined = id(n) not in stored or n is g.root or n in g.stages or n is g.matmul
+        if n.op != "view" and inlined:
             stack.extend(n.srcs)
     return members
 

@@ -148,7 +148,7 @@ class Lowering:
         """Store `root` over `domain` through `out_view` (contiguous, or a slice of an
         assemble).  Adjacent dims that every view allows are merged first (not when a
         gather is inlined: its sources are indexed over other shapes)."""
-        inlined = inlined_nodes(root, self.stored, self.group.root)
+        inlined = self.group.members  # what fusion recorded this kernel evaluates
         if any(n.op == "gather" for n in inlined):
             index, loops = loop_vars(domain, "i")
             out = self.buffer(self.slot_of(self.group.root), self.group.root.dtype, "out")
@@ -396,24 +396,6 @@ def nest(loops, body):
     if not loops:
         return body, None
     return nest_loops(loops, body, parallel_first=True), (loops[0][0], loops[0][1])
-
-
-def inlined_nodes(root, stored, own_root):
-    """Nodes evaluated inside the kernel of `root` (stopping at stored nodes)."""
-    out, stack, seen = [], [root], set()
-    while stack:
-        n = stack.pop()
-        if n is None or id(n) in seen:
-            continue
-        seen.add(id(n))
-        out.append(n)
-        if n.op != "view" and (id(n) not in stored or n is own_root):
-            stack.extend(n.srcs)
-    return out
-
-
-def reachable_views(root, stored, own_root) -> list:
-    return [n for n in inlined_nodes(root, stored, own_root) if n.op == "view"]
 
 
 def merge_dims(shape, views) -> tuple:
