@@ -3,13 +3,15 @@
 The workload's step runs twice untimed (so compiling is not what is measured,
 unless --cold), then `--steps` times inside `needle.profile()`; the table shows
 where those steps spent their time, kernel by kernel, with the lines of
-needle/cli/workloads.py that built each kernel.
+needle/cli/workloads.py that built each kernel.  With --jit the step is captured
+(`needle.jit`) during the warm-up and the profiled steps are replays.
 """
 from __future__ import annotations
 
 import argparse
 
 from ..backend_selection import cpu, cuda
+from ..captured.function import jit
 from ..profiler import Profile, profile
 from ..realize import lazy, realize
 from .workloads import WORKLOADS, get
@@ -23,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=3, metavar="N", help="profiled steps (default: 3)")
     p.add_argument("--device", choices=tuple(DEVICES), default="cpu", help="device (default: cpu)")
     p.add_argument("--eager", action="store_true", help="run eagerly: one kernel per op")
+    p.add_argument("--jit", action="store_true", help="capture the step with needle.jit and profile its replays")
     p.add_argument("--cold", action="store_true", help="do not warm up: include scheduling and compiling")
     p.add_argument("--full", action="store_true", help="full sizes instead of the quick ones")
     p.add_argument("--sort", choices=SORTS, default="total", help="sort the kernels by (default: total)")
@@ -31,24 +34,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def profile_workload(name: str, steps: int = 3, device=None, eager: bool = False, cold: bool = False,
-                     quick: bool = True) -> Profile:
-    """Profile `steps` steps of workload `name` (after one warm-up step unless `cold`)."""
+                     quick: bool = True, captured: bool = False) -> Profile:
+    """Profile `steps` steps of workload `name` (after two warm-up steps unless `cold`;
+    `captured`: the step under needle.jit, so the profiled steps are its replays)."""
     if steps < 1:
         raise ValueError(f"--steps must be at least 1, got {steps}")
     with lazy(not eager):
         workload = get(name)(device if device is not None else cpu(), quick=quick)
+        step = jit(workload.step) if captured else workload.step
         for _ in range(0 if cold else 2):  # the first two steps differ (optimizer state appears)
-            realize(*workload.step())
+            realize(*step())
         with profile() as p:
             for _ in range(steps):
-                realize(*workload.step())
+                realize(*step())
     return p
 
 
 def run(args) -> Profile:
     p = profile_workload(args.workload, args.steps, DEVICES[args.device](), args.eager, args.cold,
-                         quick=not args.full)
-    mode = "eager" if args.eager else "lazy"
+                         quick=not args.full, captured=args.jit)
+    mode = "eager" if args.eager else "lazy jit" if args.jit else "lazy"
     print(f"profile of {args.workload} ({get(args.workload).description}), {args.steps} step(s), "
           f"{args.device}, {mode}{', cold' if args.cold else ''}")
     p.table(sort_by=args.sort, limit=args.limit)

@@ -29,6 +29,18 @@ def test_profile_command_prints_the_table_and_writes_a_trace(tmp_path, capsys):
     assert len(events) == 2 and launched == 2 + 2  # two warm-up steps, two profiled
 
 
+def test_profile_command_profiles_the_replays_of_a_captured_step(capsys):
+    """--jit: the profiled steps are replays of the captured step (no schedule is
+    planned or looked up), and every kernel still names its ops and workload line."""
+    from needle.cli.profile import profile_workload
+    ndl.engine.forget_later()
+    p = profile_workload("mlp_step", steps=2, captured=True)
+    rows = p.rows()
+    assert p.schedules == 0 and rows and all(r.calls == 2 for r in rows)
+    assert all(r.ops for r in rows) and any("MatMul" in r.ops for r in rows)
+    assert all(any(w[0].endswith("workloads.py") for w in r.lines) for r in rows)
+
+
 def test_profile_command_rejects_bad_arguments(capsys):
     assert main(["profile", "mlp_step", "--steps", "0"]) == 2
     assert "--steps" in capsys.readouterr().err
