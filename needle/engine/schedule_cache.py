@@ -21,12 +21,11 @@ from . import describe
 
 class ScheduleCache:
     """Compiled schedules of one device, least recently used out first past
-    `config.SCHEDULE_CACHE_SIZE` entries or `SCHEDULE_CACHE_BYTES`.
-    `compile(schedule, target)` builds the device's CompiledSchedule (with an
+    `config.SCHEDULE_CACHE_SIZE` entries or `SCHEDULE_CACHE_BYTES` (each entry's
     `nbytes` estimate); `target()` says what the code is made for now."""
 
-    def __init__(self, device: str, compile, target):
-        self.device, self.compile, self.target = device, compile, target
+    def __init__(self, target):
+        self.target = target
         self.entries = LRUCache("schedule", lambda: (config.SCHEDULE_CACHE_SIZE, config.SCHEDULE_CACHE_BYTES),
                                 lambda entry: getattr(entry, "nbytes", 0))
 
@@ -47,7 +46,7 @@ class ScheduleCache:
                 print(c.kernel.text())
                 if config.DEBUG >= 4:
                     print(kernel_code(c.kernel, target))
-        entry = self.compile(schedule, target)
+        entry = compile_schedule(schedule, target)
         self.entries.put(key, entry)
         return entry, signature.leaves, signature.scalars
 
@@ -105,8 +104,7 @@ def kernel_code(kernel, target: Target, optimized: bool = False) -> str:
     return jit.llvm_ir(kernel, target, llvm_codegen, optimized)
 
 
-CACHES = {"cpu": ScheduleCache("cpu", compile_schedule, cpu_target),
-          "cuda": ScheduleCache("cuda", compile_schedule, cuda_target)}
+CACHES = {"cpu": ScheduleCache(cpu_target), "cuda": ScheduleCache(cuda_target)}
 cuda_runtime.at_shutdown(CACHES["cuda"].clear)  # its entries hold device memory
 
 

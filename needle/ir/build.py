@@ -49,7 +49,7 @@ def const(value, shape, dtype, device) -> Node:
 def param(value, shape, dtype, device) -> Node:
     """A scalar passed to the kernels at run time (user scalars: learning rates,
     bias corrections), so that a new value does not mean a new kernel."""
-    return _new("param", (), Scalar(_scalar(value, dtype)), shape, dtype_name(dtype), device)
+    return _new("param", (), scalar_value(value, dtype), shape, dtype_name(dtype), device)
 
 
 #: scalars baked into kernels; any other Python scalar is a run-time `param`, so that

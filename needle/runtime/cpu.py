@@ -42,7 +42,9 @@ class CompiledSchedule(ScheduleRunner):
 
     def __init__(self, schedule, kernels: list, threads: int, bounds_check: bool):
         super().__init__(schedule, bounds_check)
-        self.kernels, self.threads = kernels, threads
+        self.kernels = kernels
+        self.n_slots = 1 + max([s for c in schedule.calls for s in c.slots] +
+                               [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
         width = max([len(c.slots) for c in schedule.calls] + [1])
         self.slot_matrix = np.zeros((len(schedule.calls), width), dtype=np.intp)
         for i, c in enumerate(schedule.calls):

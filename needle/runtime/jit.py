@@ -163,8 +163,7 @@ def compile_kernels(kernels, target: Target, renderer) -> list:
         done = {}  # a kernel twice in one schedule is loaded once, even if the cache is tiny
         for i, (kernel, key) in enumerate(zip(kernels, keys)):
             if out[i] is None:
-                out[i] = done.get(key) or _compiled.get(key) or \
-                    _load(kernel, key, objects.get(key) or _compile([(kernel, key)], target, renderer)[0], target)
+                out[i] = done.get(key) or _compiled.get(key) or _load(kernel, key, objects[key], target)
             else:
                 counters.add("cache_hits")
             done[key] = out[i]
@@ -189,9 +188,7 @@ def _compile(missing, target: Target, renderer) -> list:
     Two or more kernels go to the compile workers (config.COMPILE_WORKERS)."""
     def jobs():
         for kernel, key in missing:
-            text = renderer.render(kernel, _symbol(key), bounds_check=target.bounds_check,
-                                   vector_bytes=target.vector_bytes)
-            yield text, target.cpu, target.features, level_for(kernel)
+            yield _render(kernel, key, target, renderer), target.cpu, target.features, level_for(kernel)
 
     workers = min(config.COMPILE_WORKERS, len(missing))
     if len(missing) >= 2 and workers >= 1:
@@ -207,6 +204,10 @@ def _compile(missing, target: Target, renderer) -> list:
             disk_cache.store(key, payload)
         objects.append(payload)
     return objects
+
+
+def _render(kernel, key: str, target: Target, renderer) -> str:
+    return renderer.render(kernel, _symbol(key), bounds_check=target.bounds_check, vector_bytes=target.vector_bytes)
 
 
 def _compile_here(job):
@@ -250,9 +251,7 @@ def _looks_like_kernel(obj: bytes, symbol: str) -> bool:
 
 def llvm_ir(kernel, target: Target, renderer, optimized: bool = False) -> str:
     """The LLVM IR text of a kernel for `target` (before or after its pass pipeline)."""
-    key = kernel_key(kernel, target, renderer)
-    text = renderer.render(kernel, _symbol(key), bounds_check=target.bounds_check,
-                           vector_bytes=target.vector_bytes)
+    text = _render(kernel, kernel_key(kernel, target, renderer), target, renderer)
     if not optimized:
         return text
     with _lock:

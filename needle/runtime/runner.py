@@ -32,8 +32,6 @@ class ScheduleRunner:
         self.schedule, self.bounds_check = schedule, bounds_check
         self.outputs = [(slot, shape, dtype, math.prod(shape)) for slot, shape, dtype in schedule.outputs]
         self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
-        self.n_slots = 1 + max([s for c in schedule.calls for s in c.slots] +
-                               [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
 
     # ---- hooks ------------------------------------------------------------------------------
     def take_args(self): raise NotImplementedError                      # -> (args, slots)
