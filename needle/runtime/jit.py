@@ -30,7 +30,6 @@ from . import counters
 from . import compile_pool, disk_cache, llvm_compile
 from .lru import LRUCache
 
-OPT_LEVEL = 3
 _lock = threading.RLock()
 _state = {}
 
@@ -61,7 +60,6 @@ def _build_state() -> dict:
         state["gomp"] = None
     state["triple"] = llvm.get_process_triple()
     state["cpu"], state["features"] = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    state["llvm_target"] = llvm.Target.from_triple(state["triple"])
     state["versions"] = f"needle-kernels-1|llvmlite-{llvmlite.__version__}|llvm-{llvm.llvm_version_info}"
     state["machines"] = {}  # (cpu, features) -> per-target state: current engine
     return state
@@ -87,10 +85,8 @@ def _machine(target: Target) -> dict:
     key = (target.cpu, target.features)
     found = s["machines"].get(key)
     if found is None:
-        def machine():
-            return s["llvm_target"].create_target_machine(cpu=target.cpu, features=target.features,
-                                                          opt=OPT_LEVEL, jit=True)
-        found = s["machines"][key] = {"machine": machine, "engine": None, "engine_kernels": 0}
+        found = s["machines"][key] = {"machine": lambda: llvm_compile.new_machine(*key), "engine": None,
+                                      "engine_kernels": 0}
     return found
 
 

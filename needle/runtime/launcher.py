@@ -14,6 +14,8 @@ import threading
 import llvmlite.binding as llvm
 import numpy as np
 
+from . import llvm_compile
+
 #: an entry's five words, in order, and whether each is a pointer
 _FIELDS = (("fn", True), ("bufs", True), ("params", True), ("total", False), ("err", True))
 
@@ -49,12 +51,9 @@ def launch_list():
     if fn is None:
         with _lock:
             if "fn" not in _state:
-                llvm.initialize_native_target()
-                llvm.initialize_native_asmprinter()
                 module = llvm.parse_assembly(_ir())
                 module.verify()
-                machine = llvm.Target.from_default_triple().create_target_machine()
-                engine = llvm.create_mcjit_compiler(module, machine)
+                engine = llvm.create_mcjit_compiler(module, llvm_compile.new_machine("", ""))
                 engine.finalize_object()
                 address = engine.get_function_address("needle_launch_list")
                 _state["engine"] = engine  # keeps the code alive

@@ -25,14 +25,19 @@ LEVELS = {"O3": (3, True), "O2": (2, True), "O2-nounroll": (2, False)}  # name -
 _machines = {}  # (cpu, features) -> target machine for optimization and emission
 
 
+def new_machine(cpu: str, features: str):
+    """A target machine of this process's triple for `cpu` and `features` (an MCJIT
+    engine takes ownership of the one it is given)."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
+
+
 def _machine(cpu: str, features: str):
     tm = _machines.get((cpu, features))
     if tm is None:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        tm = _machines[(cpu, features)] = target.create_target_machine(cpu=cpu, features=features,
-                                                                       opt=3, jit=True)
+        tm = _machines[(cpu, features)] = new_machine(cpu, features)
     return tm
 
 
