@@ -54,24 +54,58 @@ class Conv(TensorOp):
 
     def gradient(self, out_grad, node):
         Z, W = node.inputs
-        N, H, Wd, C = Z.shape
-        KH, KW = W.shape[:2]
         s, p = self.stride, self.padding
-        Ho, Wo = out_grad.shape[1:3]
-        # out_grad with stride-1 zeros between rows/cols: (N, (Ho-1)s+1, (Wo-1)s+1, C_out)
-        g = out_grad
-        if s > 1:
-            g = dilate(g, (1, 2), s - 1)
-            g = getitem(g, (slice(None), slice(0, (Ho - 1) * s + 1), slice(0, (Wo - 1) * s + 1), slice(None)))
-        # input gradient: full correlation of g with the flipped kernel, cropped to H x W
-        Wf = permute(flip(W, (0, 1)), (0, 1, 3, 2))  # (KH, KW, C_out, C_in)
-        gp = _pad_or_crop(g, (KH - 1 - p, H + p - 1 - (Ho - 1) * s), (KW - 1 - p, Wd + p - 1 - (Wo - 1) * s))
-        grad_Z = conv(gp, Wf)
-        # weight gradient: correlate the padded input with g, channels as batch
-        Zp = pad(Z, ((0, 0), (p, p), (p, p), (0, 0))) if p else Z
-        grad_W = conv(permute(Zp, (3, 1, 2, 0)), permute(g, (1, 2, 0, 3)))  # (C_in, >=KH, >=KW, C_out)
-        grad_W = getitem(grad_W, (slice(None), slice(0, KH), slice(0, KW), slice(None)))
-        return grad_Z, permute(grad_W, (1, 2, 0, 3))
+        return (conv_input_gradient(out_grad, W, Z.shape, s, p),
+                ConvWeightGradient(W.shape[:2], s, p)(Z, out_grad))
+
+
+class ConvWeightGradient(TensorOp):
+    """dL/dW of conv(Z, W) given G = dL/d out: im2col(Z)^T @ G, (K, K, C_in, C_out).
+
+    The course computes it as a convolution of Z with G dilated by the stride, which
+    multiplies the work by stride^2, all of it on zeros (ResNet9's 7x7 stride-4 stem
+    spent 16x its FLOPs there).  Reading Z's windows at the stride does none."""
+
+    def __init__(self, kernel, stride: int, padding: int):
+        self.kernel = tuple(kernel)
+        self.stride = stride
+        self.padding = padding
+
+    def compute(self, Z, G):
+        p, s = self.padding, self.stride
+        if p:
+            Z = A.pad(Z, ((0, 0), (p, p), (p, p), (0, 0)))
+        KH, KW = self.kernel
+        C, O = Z.shape[3], G.shape[3]
+        cols = A.sliding_window(Z, (KH, KW), s)  # (N, Ho, Wo, KH, KW, C), a view
+        rows = cols.shape[0] * cols.shape[1] * cols.shape[2]
+        if cols.shape[:3] != G.shape[:3]:
+            raise ShapeError(f"conv weight gradient: G {fmt_shape(G.shape)} does not match the "
+                             f"windows {fmt_shape(cols.shape[:3])} of Z {fmt_shape(Z.shape)}")
+        out = A.permute(A.reshape(cols, (rows, KH * KW * C)), (1, 0)) @ A.reshape(G, (rows, O))
+        return A.reshape(out, (KH, KW, C, O))
+
+    def gradient(self, out_grad, node):
+        Z, G = node.inputs
+        s, p = self.stride, self.padding
+        # linear in each input: d/dG is the forward conv with out_grad as the kernel, d/dZ
+        # the conv input gradient of G through that kernel
+        return conv_input_gradient(G, out_grad, Z.shape, s, p), conv(Z, out_grad, s, p)
+
+
+def conv_input_gradient(out_grad, W, z_shape, s: int, p: int):
+    """dL/dZ of conv(Z, W): the full correlation of out_grad, dilated by the stride,
+    with the flipped kernel, cropped to Z's (H, W)."""
+    _, H, Wd, _ = z_shape
+    KH, KW = W.shape[:2]
+    Ho, Wo = out_grad.shape[1:3]
+    g = out_grad
+    if s > 1:  # stride-1 zeros between rows/cols: (N, (Ho-1)s+1, (Wo-1)s+1, C_out)
+        g = dilate(g, (1, 2), s - 1)
+        g = getitem(g, (slice(None), slice(0, (Ho - 1) * s + 1), slice(0, (Wo - 1) * s + 1), slice(None)))
+    Wf = permute(flip(W, (0, 1)), (0, 1, 3, 2))  # (KH, KW, C_out, C_in)
+    gp = _pad_or_crop(g, (KH - 1 - p, H + p - 1 - (Ho - 1) * s), (KW - 1 - p, Wd + p - 1 - (Wo - 1) * s))
+    return conv(gp, Wf)
 
 
 def _pad_or_crop(x, rows, cols):

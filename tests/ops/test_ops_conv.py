@@ -4,6 +4,7 @@ import pytest
 
 import needle as ndl
 from needle import ops
+from needle.ops.ops_conv import ConvWeightGradient
 from tests.gradcheck import DEVICE_IDS, DEVICES, gradient_check, randn, tensor
 
 pytestmark = pytest.mark.parametrize("device", DEVICES, ids=DEVICE_IDS)
@@ -86,6 +87,26 @@ def test_conv_gradient(device, case):
     N, H, W, C, O, K, s, p = case
     Z, Wt = randn((N, H, W, C), device), randn((K, K, C, O), device)
     gradient_check(lambda z, w: ops.conv(z, w, stride=s, padding=p), Z, Wt)
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=_ids(GRAD_CASES))
+def test_conv_weight_gradient_op(device, case):
+    # the weight gradient as its own op: values against the definition
+    # dW[a, b, c, o] = sum_{n,i,j} Zp[n, i*s + a, j*s + b, c] G[n, i, j, o], and its own
+    # gradients (in Z and in G) against finite differences
+    N, H, W, C, O, K, s, p = case
+    Z = randn((N, H, W, C), device)
+    Ho, Wo = (H + 2 * p - K) // s + 1, (W + 2 * p - K) // s + 1
+    G = randn((N, Ho, Wo, O), device)
+    Zp = np.pad(Z.numpy(), ((0, 0), (p, p), (p, p), (0, 0)))
+    expected = np.zeros((K, K, C, O))
+    for a in range(K):
+        for b in range(K):
+            patch = Zp[:, a:a + s * (Ho - 1) + 1:s, b:b + s * (Wo - 1) + 1:s, :]  # (N, Ho, Wo, C)
+            expected[a, b] = np.einsum("nijc,nijo->co", patch, G.numpy())
+    op = ConvWeightGradient((K, K), s, p)
+    np.testing.assert_allclose(op(Z, G).numpy(), expected, rtol=1e-10, atol=1e-12)
+    gradient_check(lambda z, g: op(z, g), Z, G)
 
 
 def test_conv_of_a_permuted_input(device):

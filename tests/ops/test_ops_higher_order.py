@@ -57,6 +57,8 @@ CASES = {
     "stack_split": (lambda t: ops.stack([ops.exp(p) * p for p in ops.split(t, 0).tuple()], 1), randn),
     "conv": (lambda t: ops.conv(ops.reshape(t, (1, 2, 3, 1)), ops.reshape(ops.exp(t), (2, 3, 1, 1)) * 0.5,
                                 padding=1), randn),
+    "conv_strided": (lambda t: ops.conv(ops.reshape(t, (1, 2, 3, 1)), ops.reshape(ops.exp(t), (3, 2, 1, 1)) * 0.5,
+                                        stride=2, padding=1), randn),
 }
 
 
