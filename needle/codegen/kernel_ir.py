@@ -252,6 +252,12 @@ class Kernel:
     def text(self) -> str:
         return print_kernel(self)
 
+    def code_text(self) -> str:
+        """What the CPU code depends on: the text without the name and the parallel
+        loop's extent (the renderer runs that loop over [start, stop) given at launch),
+        so kernels that differ only in that size share one compiled object."""
+        return print_kernel(self, code_only=True)
+
 
 # ---- printing ----------------------------------------------------------------------------
 _BIN_SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "eq": "==",
@@ -285,21 +291,23 @@ def expr_str(e) -> str:
     raise TypeError(f"not an expression: {e!r}")
 
 
-def print_kernel(k: Kernel) -> str:
+def print_kernel(k: Kernel, code_only: bool = False) -> str:
     args = ", ".join(f"{b.name}: {b.dtype}* {b.role}" for b in k.bufs)
-    lines = [f"kernel {k.name}({args}{', params: f64[%d]' % k.n_params if k.n_params else ''})"]
-    _print_body(k.body, lines, 1)
+    name = "" if code_only else k.name
+    lines = [f"kernel {name}({args}{', params: f64[%d]' % k.n_params if k.n_params else ''})"]
+    _print_body(k.body, lines, 1, code_only)
     return "\n".join(lines)
 
 
-def _print_body(body, lines, depth) -> None:
+def _print_body(body, lines, depth, code_only=False) -> None:
     pad = "  " * depth
     for s in body:
         if isinstance(s, Loop):
             kind = "" if s.kind == "serial" else s.kind + " "
             start = "" if s.start == 0 else f"{_s(s.start)}.."
-            lines.append(f"{pad}{kind}for {s.var} in {start}{_s(s.extent)}:")
-            _print_body(s.body, lines, depth + 1)
+            extent = "[start, stop)" if code_only and s.kind == "parallel" else _s(s.extent)
+            lines.append(f"{pad}{kind}for {s.var} in {start}{extent}:")
+            _print_body(s.body, lines, depth + 1, code_only)
         elif isinstance(s, Let):
             lines.append(f"{pad}{s.var} = {expr_str(s.expr)}")
         elif isinstance(s, Declare):
@@ -313,7 +321,7 @@ def _print_body(body, lines, depth) -> None:
             lines.append(f"{pad}{s.scope} {s.name}: {s.dtype}[{s.size}]")
         elif isinstance(s, If):
             lines.append(f"{pad}if {expr_str(s.cond)}:")
-            _print_body(s.body, lines, depth + 1)
+            _print_body(s.body, lines, depth + 1, code_only)
         elif isinstance(s, Barrier):
             lines.append(f"{pad}barrier")
         else:

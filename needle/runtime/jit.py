@@ -13,6 +13,7 @@ features, the optimization level and bounds checking — never debug flags.
 """
 from __future__ import annotations
 
+import copy
 import ctypes
 import ctypes.util
 import hashlib
@@ -110,6 +111,15 @@ class CompiledKernel:
         self.address, self.omp_address, self.engine, self.nbytes = address, omp_address, engine, nbytes
         self.cfunc = KERNEL_CFUNC(address)
 
+    def named_for(self, kernel) -> "CompiledKernel":
+        """This code under `kernel`'s name: kernels that differ only in their parallel
+        extent share a key (Kernel.code_text), and errors should name the right one."""
+        if kernel.name == self.name:
+            return self
+        twin = copy.copy(self)
+        twin.kernel, twin.name = kernel, kernel.name
+        return twin
+
 
 KERNEL_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                 ctypes.c_void_p, ctypes.c_void_p)
@@ -128,7 +138,7 @@ ENGINE_BYTES = 128 << 10
 def kernel_key(kernel, target: Target, renderer) -> str:
     s = _init()
     material = "\n".join([s["versions"], renderer.fingerprint(), s["triple"], target.cpu, target.features,
-                          level_for(kernel), f"bounds={int(target.bounds_check)}", kernel.text()])
+                          level_for(kernel), f"bounds={int(target.bounds_check)}", kernel.code_text()])
     return hashlib.sha256(material.encode()).hexdigest()
 
 
@@ -145,7 +155,7 @@ def compile_kernels(kernels, target: Target, renderer) -> list:
     out = [_compiled.get(key) for key in keys]
     if all(c is not None for c in out):
         counters.add("cache_hits", len(out))
-        return out
+        return [c.named_for(k) for c, k in zip(out, kernels)]
     with _lock:
         t0 = time.perf_counter()
         objects, missing = {}, []  # object code by key; (kernel, key) found nowhere
@@ -164,7 +174,7 @@ def compile_kernels(kernels, target: Target, renderer) -> list:
                 counters.add("cache_hits")
             done[key] = out[i]
         counters.add("compile_seconds", time.perf_counter() - t0)
-    return out
+    return [c.named_for(k) for c, k in zip(out, kernels)]
 
 
 def _from_disk(key: str):

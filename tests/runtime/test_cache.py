@@ -161,3 +161,20 @@ def test_different_layouts_get_their_own_schedule():
     second = build.elementwise("exp", build.buffer(transposed))
     np.testing.assert_allclose(second.numpy(), np.exp(a), rtol=1e-6)
     assert rt.stats()["schedule_cache_hits"] == 0
+
+
+@pytest.mark.parametrize("sizes", [(37, 53), (40000, 70001)], ids=["small", "threaded"])
+def test_new_size_of_a_flat_kernel_reuses_its_code(sizes):
+    """A flat elementwise kernel's code does not depend on its length (the parallel
+    loop runs over the range given at launch): a new length compiles nothing, and
+    each length still computes all of its own elements."""
+    def f(t):
+        return ndl.ops.exp(t * 0.25) - t * 1.5
+    first, second = (np.linspace(-3, 3, n, dtype=np.float32) for n in sizes)
+    got_first = f(ndl.Tensor(first, device=CPU)).numpy()
+    rt.reset_stats()
+    got_second = f(ndl.Tensor(second, device=CPU)).numpy()
+    assert rt.stats()["kernels_compiled"] == 0
+    for x, got in ((first, got_first), (second, got_second)):
+        x64 = x.astype(np.float64)
+        np.testing.assert_allclose(got, np.exp(x64 * 0.25) - x64 * 1.5, rtol=2e-6, atol=1e-6)

@@ -77,6 +77,8 @@ class FakeKernel:
     def text(self):
         return f"kernel {self.name} work {self.work}"
 
+    code_text = text
+
 
 class BrokenRenderer:
     """Renders every kernel as IR that does not parse."""
