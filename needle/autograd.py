@@ -143,8 +143,8 @@ class Value:
             return self.realize_cached_data()
         if _capture.CURRENT is not None:  # needle.jit is recording: note where state is read
             _capture.read_state(self, data)
-        if LAZY_MODE and BACKEND == "nd":
-            return tuple(as_lazy(x) for x in data) if isinstance(data, tuple) else as_lazy(data)
+        if LAZY_MODE:  # (implies the nd backend)
+            return tuple([as_lazy(x) for x in data]) if type(data) is tuple else as_lazy(data)
         if getattr(data, "is_lazy", False) or (isinstance(data, tuple) and any(getattr(x, "is_lazy", False)
                                                                               for x in data)):
             return self.realize_cached_data()
@@ -157,7 +157,7 @@ class Value:
         global TENSOR_COUNTER
         TENSOR_COUNTER -= 1
 
-    def _init(self, op: Optional[Op], inputs: List["Value"], *, num_outputs: int = 1,
+    def _init(self, op: Optional[Op], inputs: List["Value"], num_outputs: int = 1,
               cached_data=None, requires_grad: Optional[bool] = None) -> None:
         global TENSOR_COUNTER
         TENSOR_COUNTER += 1
@@ -179,23 +179,28 @@ class Value:
 
     @classmethod
     def make_from_op(cls, op: Op, inputs: List["Value"]) -> "Value":
+        """Run `op` on `inputs` (eager: compute now; lazy: record the IR now; either way
+        bad shapes raise here) and wrap the result.  Every op of every step comes
+        through here, so it is written out flat: no generators, no keyword calls."""
         _check_devices(op, inputs)
-        # eager: compute now; lazy: record the IR now.  Either way bad shapes raise here.
         args = [x._compute_input() for x in inputs]
         if LAZY_MODE:
             origin = ir_build.ORIGIN
-            previous, origin.name = origin.name, op.name
+            previous, origin.name = origin.name, type(op).__name__
             try:
                 data = op.compute(*args)
             finally:
                 origin.name = previous
         else:
             data = op.compute(*args)
-        if not GRAD_ENABLED or not any(x.requires_grad for x in inputs):
-            return cls.make_const(data)  # nothing to differentiate: keep no graph
         value = cls.__new__(cls)
-        value._init(op, list(inputs), cached_data=data, requires_grad=True)
-        value._saved_versions = tuple(x._version for x in inputs)
+        if GRAD_ENABLED:
+            for x in inputs:
+                if x.requires_grad:
+                    value._init(op, list(inputs), 1, data, True)
+                    value._saved_versions = tuple([x._version for x in inputs])
+                    return value
+        value._init(None, [], 1, data, False)  # nothing to differentiate: keep no graph
         return value
 
 

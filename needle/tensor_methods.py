@@ -21,6 +21,11 @@ def _ops():
 
 
 def _is_scalar(x) -> bool:
+    kind = type(x)
+    if kind is float or kind is int:  # the common cases first: the ABC check is slow
+        return True
+    if isinstance(x, TensorMethods):
+        return False
     return isinstance(x, (numbers.Number, numpy.number)) and not isinstance(x, (bool, complex))
 
 

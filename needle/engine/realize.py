@@ -73,8 +73,14 @@ def _later_nodes() -> list:
 def realize_nodes(nodes) -> None:
     """Compute every pending node in `nodes`, and the live realize_later state,
     with one schedule per device."""
+    nodes = list(nodes)
+    if len(nodes) == 1 and not _later.refs:  # `x.numpy()` with nothing queued: the common case
+        node = nodes[0]
+        if node.op != "buffer":
+            _realize_on(node.device, nodes)
+        return
     wanted, seen = [], set()
-    for n in list(nodes) + _later_nodes():
+    for n in nodes + _later_nodes():
         if n.realized is None and id(n) not in seen:
             seen.add(id(n))
             wanted.append(n)

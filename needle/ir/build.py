@@ -86,31 +86,42 @@ def _scalar(value, dtype):
 # ---- elementwise ------------------------------------------------------------------------------
 def elementwise(op: str, *srcs) -> Node:
     """An elementwise op on sources of one shape (broadcast them first)."""
-    shape = srcs[0].shape
-    for s in srcs[1:]:
+    first = srcs[0]
+    shape, dtype, device = first.shape, first.dtype, first.device
+    for s in srcs:
         if s.shape != shape:
             raise ShapeError(f"{op}: shapes {' and '.join(fmt_shape(x.shape) for x in srcs)} differ "
                              "(broadcast first)")
-    _same_device(op, srcs)
+        if s.device is not device:
+            _same_device(op, srcs)
     if op == "where":
         cond, a, b = srcs
         if cond.dtype != "bool":
             raise DTypeError(f"where: condition must be bool, got {cond.dtype}")
         dtype = require_same("where", a.dtype, b.dtype, shapes=(a.shape, b.shape))
-    elif op in UNARY or op in BINARY:
-        shapes = [s.shape for s in srcs]
-        dtype = require_same(op, *[s.dtype for s in srcs], shapes=shapes)
-        check_elementwise(op, dtype, shapes)
+    elif op in _UNARY_OR_BINARY:
+        for s in srcs:
+            if s.dtype != dtype:
+                require_same(op, *[x.dtype for x in srcs], shapes=[x.shape for x in srcs])
+        if (op, dtype) not in _ACCEPTED:
+            check_elementwise(op, dtype, [x.shape for x in srcs])
+            _ACCEPTED.add((op, dtype))
         if op in COMPARE:
             dtype = "bool"
     else:
         raise ValueError(f"unknown elementwise op {op!r}")
-    if op == "ne" and srcs[1].op == "const" and srcs[1].arg == 0 and srcs[0].op == "cast" \
-            and srcs[0].srcs[0].dtype == "bool":
-        return srcs[0].srcs[0]  # (bool as number) != 0 is the bool itself
-    if srcs and all(s.op == "const" for s in srcs) and op != "where":
-        return const(_fold(op, [s.arg for s in srcs], dtype), shape, dtype, srcs[0].device)
-    return _new(op, srcs, None, shape, dtype, srcs[0].device)
+    if first.op == "const":
+        if op != "where" and all(s.op == "const" for s in srcs):
+            return const(_fold(op, [s.arg for s in srcs], dtype), shape, dtype, device)
+    elif op == "ne" and first.op == "cast" and srcs[1].op == "const" and srcs[1].arg == 0 \
+            and first.srcs[0].dtype == "bool":
+        return first.srcs[0]  # (bool as number) != 0 is the bool itself
+    return _new(op, srcs, None, shape, dtype, device)
+
+
+_UNARY_OR_BINARY = frozenset(UNARY + BINARY)
+#: (op, dtype) pairs that passed `check_elementwise` (a pure rule: checked once per pair)
+_ACCEPTED = set()
 
 
 def _fold(op, values, dtype):

@@ -11,9 +11,11 @@ import time
 
 import numpy as np
 
+from ..backend_ndarray.course_api import Buffer
 from ..backend_ndarray.ndarray import NDArray
 from ..dtypes import DTYPES
 from ..errors import BoundsError
+from ..shapes import compact_strides
 from . import jit, launcher
 from .lru import ENTRY_BYTES_PER_CALL
 from .pool import POOL
@@ -53,6 +55,7 @@ class CompiledSchedule(ScheduleRunner):
         self.param_matrix = np.zeros((len(schedule.calls), width), dtype=np.intp)
         for i, c in enumerate(schedule.calls):
             self.param_matrix[i, :len(c.params)] = c.params
+        self.output_strides = {shape: compact_strides(shape) for _, shape, _, _, _ in self.outputs}
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
         self.tables, self.tables_free = _Args(self), threading.Lock()
         #: what this entry holds in memory, roughly (the schedule cache's byte bound)
@@ -85,12 +88,15 @@ class CompiledSchedule(ScheduleRunner):
         return address(handle) + leaf.offset * handle.itemsize
 
     def new_output(self, size, dtype):
-        array = np.empty(max(size, 1), dtype=DTYPES[dtype])
-        return (array if size else array[:0]), array.ctypes.data
+        buffer = Buffer((max(size, 1),), DTYPES[dtype])
+        return (buffer if size else buffer[:0]), _address_of(buffer)
 
     def output_array(self, handle, shape, dtype, device, address) -> NDArray:
-        out = NDArray.make(shape, device=device, handle=handle, dtype=dtype)
-        _remember_address(out._handle, address)  # read again when a later graph reads it
+        strides = self.output_strides.get(shape)
+        if strides is None:
+            strides = compact_strides(shape)
+        out = _host_array(shape, strides, dtype, device, handle)
+        _remember_address(handle, address)  # read again when a later graph reads it
         return out
 
     def acquire_temp(self, nbytes):
@@ -100,7 +106,7 @@ class CompiledSchedule(ScheduleRunner):
         POOL.release(temp)
 
     def temp_address(self, temp) -> int:
-        return temp.ctypes.data
+        return _address_of(temp)
 
     def temp_bytes(self, temp) -> int:
         return temp.size
@@ -166,15 +172,26 @@ def _segments(launches, err_ptr) -> tuple:
 
 
 def address(handle) -> int:
-    """The address of a host buffer, remembered on the buffer (numpy's `.ctypes.data`
-    costs about a microsecond, and a training step reads the same buffers again)."""
+    """The address of a host buffer, remembered on the buffer (finding it costs about
+    a microsecond, and a training step reads the same buffers again)."""
     try:
         return handle._needle_address
     except AttributeError:
         pass
-    found = handle.ctypes.data
+    found = _address_of(handle)
     _remember_address(handle, found)
     return found
+
+
+def _address_of(array) -> int:
+    """The address of a writable C-contiguous numpy array: ctypes' view of its
+    buffer costs a third of `array.ctypes.data` (which builds a helper object)."""
+    if not array.nbytes or not array.flags.writeable:
+        return array.ctypes.data
+    return ctypes.addressof(_CHAR.from_buffer(array))
+
+
+_CHAR = ctypes.c_char
 
 
 def _remember_address(handle, value: int) -> None:
@@ -182,6 +199,16 @@ def _remember_address(handle, value: int) -> None:
         handle._needle_address = value
     except AttributeError:  # a plain numpy array takes no attributes
         pass
+
+
+def _host_array(shape: tuple, strides: tuple, dtype: str, device, buffer) -> NDArray:
+    """NDArray.make without its argument normalization, for the outputs of every
+    realize, whose shape and strides are tuples of ints already and whose storage
+    is a fresh Buffer."""
+    array = NDArray.__new__(NDArray)
+    array._shape, array._strides, array._offset = shape, strides, 0
+    array._device, array._handle, array._dtype, array._np = device, buffer, dtype, None
+    return array
 
 
 def _min_work(kernel) -> int:

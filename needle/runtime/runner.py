@@ -30,8 +30,15 @@ class ScheduleRunner:
 
     def __init__(self, schedule, bounds_check: bool):
         self.schedule, self.bounds_check = schedule, bounds_check
-        self.outputs = [(slot, shape, dtype, math.prod(shape)) for slot, shape, dtype in schedule.outputs]
+        #: per requested output: (slot, shape, dtype, elements, whether an earlier output
+        #: has the slot already); worked out once, as run() is on every realize's path
+        self.outputs, seen = [], set()
+        for slot, shape, dtype in schedule.outputs:
+            shape = tuple(int(s) for s in shape)
+            self.outputs.append((slot, shape, dtype, math.prod(shape), slot in seen))
+            seen.add(slot)
         self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
+        self.n_calls = len(schedule.calls)
 
     # ---- hooks ------------------------------------------------------------------------------
     def take_args(self): raise NotImplementedError                      # -> (args, slots)
@@ -56,12 +63,13 @@ class ScheduleRunner:
             for i, leaf in enumerate(leaves):
                 slots[i] = leaf_address(leaf)
             outputs, owned = [], {}
-            for slot, shape, dtype, size in self.outputs:
-                if slot not in owned:
+            for slot, shape, dtype, size, allocated in self.outputs:
+                if not allocated:
                     handle, address = self.new_output(size, dtype)
                     owned[slot] = (handle, address, size)
                     slots[slot] = address
-                handle, address, _ = owned[slot]
+                else:  # a slot already allocated for an earlier output (views of one result)
+                    handle, address, _ = owned[slot]
                 outputs.append(self.output_array(handle, shape, dtype, device, address))
             temps = [self.acquire_temp(n) for n in self.schedule.temp_bytes]
             try:
@@ -74,7 +82,7 @@ class ScheduleRunner:
                     self.release_temp(t)
         finally:
             self.give_args(args)
-        counters.add("kernels_launched", len(self.schedule.calls))
+        counters.add("kernels_launched", self.n_calls)
         return outputs
 
     def _launch_every(self, args, leaves, owned, temps) -> None:
