@@ -6,13 +6,16 @@ call per lane (slower than numpy).  These functions are plain arithmetic, bit
 casts and selects, so the loop vectorizer turns them into full-width SIMD.
 
 Accuracy, measured against float64 rounded to float32 (tests/codegen/
-test_vecmath_accuracy.py; exhaustively over every float32 of exp's and tanh's
-working ranges): within 1 ulp of the correctly rounded result everywhere.
+test_vecmath_accuracy.py; exhaustively over every float32 of exp's, log's and
+tanh's working ranges): within 1 ulp of the correctly rounded result everywhere.
 
-- exp, log, tanh: Cephes-style float32 polynomials, at the float32 vector
-  width; about 3% of results are 1 ulp off (exp(float32(4.55)) = 94.63242 is
-  correctly rounded).  (A float64 evaluation rounded once was correctly rounded
-  but for 3e-6 of inputs, and cost 1.2x-1.6x in fused kernels: half the lanes.)
+- exp, log, tanh: float32 polynomials with fma (Horner), at the float32 vector
+  width; 2% (exp), 5% (log) and 0.6% (tanh) of results are 1 ulp off
+  (exp(float32(4.55)) = 94.63242 is correctly rounded).  fma is required for the
+  error bounds (exp's reduction relies on an exact fma); on a CPU without it
+  llvm.fma is a libm call: correct, slow.  (A float64 evaluation rounded once was
+  correctly rounded but for 3e-6 of inputs, and cost 1.2x-1.6x in fused kernels:
+  half the lanes.)
 - pow, sigmoid: evaluated in float64 (relative error below 2**-34) and rounded
   once: correctly rounded but for rare 1-ulp cases.  float32 pow has no cheap
   accurate float32 form (y ln x needs more than float32's bits), and sigmoid's
@@ -37,6 +40,20 @@ _EXP_POLY = (2.4637704429239042e-05, 1.990964423332857e-04, 1.3889376119634702e-
 _LOG_POLY = (1.9363786631253382e-01, 2.2191344719715966e-01, 2.8571755373368757e-01, 3.99999987935541e-01,
              6.666666666737752e-01)
 _SHIFTER = 6755399441055744.0  # 1.5 * 2**52: t + SHIFTER rounds t to an integer held in the low bits
+# float32 e**r = 1 + r + r**2 P(r) on |r| <= ln2/2: relative error 2**-28 (near-minimax, float32 coefficients)
+_EXP_POLY32 = (1.3814596459269524e-03, 8.3687175065279e-03, 4.166838899254799e-02, 1.666652113199234e-01,
+               4.999999403953552e-01)
+# float32 ln(1 + f) = f + f**2 Q(f) on [sqrt(1/2) - 1, sqrt(2) - 1]: relative error 2**-27.4
+_LOG_POLY32 = (-0.0762307345867157, 0.1290602833032608, -0.13243234157562256, 0.14181570708751678,
+               -0.166090190410614, 0.20001986622810364, -0.25001585483551025, 0.33333325386047363,
+               -0.49999988079071045)
+# tanh x = x + x**3 P(x**2) for |x| < 0.625 (Cephes)
+_TANH_POLY32 = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
+_SQRT_HALF_BITS = 0x3F3504F3  # float32 sqrt(1/2)
+_LOG2E = 1.4426950408889634
+_LN2_HI, _LN2_LO = 0.6931471824645996, -1.904654323148236e-09  # float32(ln2), float32(ln2 - _LN2_HI)
+_SHIFTER32 = 12582912.0  # 1.5 * 2**23: the float32 sum t + SHIFTER32 is t rounded to an integer
+_EXP32_LO, _EXP32_HI = -104.0, 89.0
 # exp's argument is clamped to where float32 results are surely 0 or inf (and 2**n stays a normal double)
 _EXP_LO, _EXP_HI = -160.0, 100.0
 
@@ -75,14 +92,6 @@ class _Kit:
 
     def fma(self, a, b, c):
         return self.intrinsic("llvm.fma", a, b, c)
-
-    def horner(self, x, coeffs):
-        """((c0 x + c1) x + c2) ... with separately rounded products and sums (the
-        float32 functions' accuracy was measured so; fma would change their results)."""
-        acc = self.f(coeffs[0])
-        for c in coeffs[1:]:
-            acc = self.b.fadd(self.b.fmul(acc, x), self.f(c))
-        return acc
 
     def poly(self, x, coeffs):
         """Horner with fma: ((c0 x + c1) x + c2) ..."""
@@ -140,75 +149,76 @@ def _log_core(k: _Kit, a):
     return k.fma(e, k.f(math.log(2.0)), log_m)
 
 
+def _exp_reduce(k: _Kit, x):
+    """(z, q) with e**x = 2**n (1 + q) for float32 x with |x| < 128 ln2 (nan passes
+    through): x = n ln2 + r, n = roundeven(x log2e) by the shifter trick (z's low bits
+    hold n), |r| <= ln2/2 by a two-constant Cody-Waite step (the first fma is exact:
+    n ln2_hi and x are multiples of 2**-25 and r needs 24 bits), q = e**r - 1 by
+    r + r**2 P(r)."""
+    b = k.b
+    z = k.fma(x, k.f(_LOG2E), k.f(_SHIFTER32))
+    n = b.fsub(z, k.f(_SHIFTER32))
+    r = k.fma(n, k.f(-_LN2_HI), x)
+    r = k.fma(n, k.f(-_LN2_LO), r)
+    return z, k.fma(b.fmul(r, r), k.poly(r, _EXP_POLY32), r)
+
+
+def _pow2(k: _Kit, z, bias: int):
+    """2**(n + bias) as float32 (n + bias + 127 in 1..254) from `_exp_reduce`'s z: z's
+    bits << 23 are n << 23 (the shifter's bits shift out)."""
+    b = k.b
+    return b.bitcast(b.add(b.shl(b.bitcast(z, k.ity), k.i(23)), bias), k.fty)
+
+
 def exp_f32(b: ir.IRBuilder, x):
-    """e**x: x = n ln2 + r, e**r by a degree-6 polynomial, 2**n built in the exponent
-    bits (split in two factors so that n from -150 to 128 stays representable)."""
+    """e**x = (s + s q) c with one clamp that makes the special values fall out: x is
+    clamped to [-104, 89] (nan passes), where e**-104 rounds to 0 and e**89 overflows.
+    2**n = s c with c = 2 for x > 0 and 2**-24 below keeps s a normal float32 for n
+    from -151 to 128.  s + s q is one fma (one rounding); the product with c is exact
+    but for subnormal results, which it rounds a second time (2**-24 ulp from the
+    first rounding: still within 1 ulp)."""
     k = _Kit.like(b, x)
-    _f, _i, _poly = k.f, k.i, (lambda b_, x_, c: k.horner(x_, c))
-    is_nan = b.fcmp_unordered("uno", x, x)
-    xc = b.select(b.fcmp_ordered(">", x, _f(88.8)), _f(88.8), x)
-    xc = b.select(b.fcmp_ordered("<", xc, _f(-104.0)), _f(-104.0), xc)
-    xc = b.select(is_nan, _f(0.0), xc)
-    fx = k.intrinsic("llvm.floor", b.fadd(b.fmul(xc, _f(1.44269504088896341)), _f(0.5)))
-    r = b.fsub(xc, b.fmul(fx, _f(0.693359375)))
-    r = b.fsub(r, b.fmul(fx, _f(-2.12194440e-4)))
-    z = b.fmul(r, r)
-    y = _poly(b, r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
-                     4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1])
-    y = b.fadd(b.fadd(b.fmul(y, z), r), _f(1.0))
-    n = b.fptosi(fx, k.ity)
-    n1 = b.ashr(n, _i(1))
-    n2 = b.sub(n, n1)
-    p1 = b.bitcast(b.shl(b.add(n1, _i(127)), _i(23)), k.fty)
-    p2 = b.bitcast(b.shl(b.add(n2, _i(127)), _i(23)), k.fty)
-    out = b.fmul(b.fmul(y, p1), p2)
-    out = b.select(b.fcmp_ordered(">", x, _f(88.7228394)), _f(math.inf), out)
-    out = b.select(b.fcmp_ordered("<", x, _f(-103.972084)), _f(0.0), out)
-    return b.select(is_nan, x, out)
+    xc = b.select(k.lt(x, _EXP32_LO), k.f(_EXP32_LO), x)
+    xc = b.select(b.fcmp_ordered(">", xc, k.f(_EXP32_HI)), k.f(_EXP32_HI), xc)
+    z, q = _exp_reduce(k, xc)
+    positive = b.fcmp_ordered(">", xc, k.f(0.0))
+    s = _pow2(k, z, b.select(positive, k.i((127 - 1) << 23), k.i((127 + 24) << 23)))
+    return b.fmul(k.fma(s, q, s), b.select(positive, k.f(2.0), k.f(2.0 ** -24)))
 
 
 def log_f32(b: ir.IRBuilder, x):
-    """ln x: x = m 2**e with m in [sqrt(1/2), sqrt(2)), ln(m) by a degree-9
-    polynomial; subnormal inputs are scaled by 2**23 first."""
+    """ln x = n ln2 + ln(1 + f) with x = (1 + f) 2**n, 1 + f in [sqrt(1/2), sqrt(2)): n and
+    f come from one integer subtraction of sqrt(1/2)'s bits; ln(1 + f) = f + f**2 Q(f).
+    Subnormal inputs are scaled by 2**23 first.  n ln2 and ln(1 + f) add in one fma,
+    with ln2 rounded to float32 (relative error 2.7e-9, 0.05 ulp) rather than split in
+    two: the low part's extra rounding would cost more when n = +-1."""
     k = _Kit.like(b, x)
-    _f, _i, _poly = k.f, k.i, (lambda b_, x_, c: k.horner(x_, c))
-    tiny = b.fcmp_ordered("<", x, _f(1.17549435e-38))
+    _f, _i = k.f, k.i
+    tiny = k.lt(x, 1.17549435e-38)  # subnormals (and zero and negatives, which are replaced below)
     xs = b.select(tiny, b.fmul(x, _f(8388608.0)), x)
-    bits = b.bitcast(xs, k.ity)
-    e = b.sub(b.lshr(bits, _i(23)), _i(126))
-    e = b.select(tiny, b.sub(e, _i(23)), e)
-    m = b.bitcast(b.or_(b.and_(bits, _i(0x007FFFFF)), _i(0x3F000000)), k.fty)
-    small = b.fcmp_ordered("<", m, _f(0.707106781186547524))
-    e = b.select(small, b.sub(e, _i(1)), e)
-    m = b.select(small, b.fsub(b.fadd(m, m), _f(1.0)), b.fsub(m, _f(1.0)))
-    ef = b.sitofp(e, k.fty)
-    z = b.fmul(m, m)
-    y = _poly(b, m, [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
-                     1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
-                     3.3333331174e-1])
-    y = b.fmul(b.fmul(y, m), z)
-    y = b.fadd(y, b.fmul(ef, _f(-2.12194440e-4)))
-    y = b.fadd(y, b.fmul(z, _f(-0.5)))
-    out = b.fadd(b.fadd(m, y), b.fmul(ef, _f(0.693359375)))
+    u = b.sub(b.bitcast(xs, k.ity), _i(_SQRT_HALF_BITS))
+    n = b.ashr(u, _i(23))
+    n = b.select(tiny, b.sub(n, _i(23)), n)
+    f = b.fsub(b.bitcast(b.add(b.and_(u, _i(0x007FFFFF)), _i(_SQRT_HALF_BITS)), k.fty), _f(1.0))
+    out = k.fma(b.sitofp(n, k.fty), _f(_LN2_HI), k.fma(b.fmul(f, f), k.poly(f, _LOG_POLY32), f))
     out = b.select(b.fcmp_ordered("==", x, _f(math.inf)), _f(math.inf), out)
     out = b.select(b.fcmp_ordered("==", x, _f(0.0)), _f(-math.inf), out)
-    out = b.select(b.fcmp_ordered("<", x, _f(0.0)), _f(math.nan), out)
-    return b.select(b.fcmp_unordered("uno", x, x), x, out)
+    return b.select(b.fcmp_unordered("<", x, _f(0.0)), _f(math.nan), out)  # x < 0 or nan
 
 
 def tanh_f32(b: ir.IRBuilder, x):
-    """tanh x: an odd polynomial for |x| < 0.625, else 1 - 2 / (e**(2|x|) + 1)."""
+    """tanh x: an odd polynomial for |x| < 0.625, else 1 - 2 / (e**(2|x|) + 1) with |x|
+    clamped to 9.5 (tanh rounds to 1 from 9.02 on); the sign from x last."""
     k = _Kit.like(b, x)
-    _f, _poly = k.f, (lambda b_, x_, c: k.horner(x_, c))
+    _f = k.f
     ax = k.intrinsic("llvm.fabs", x)
-    z = b.fmul(x, x)
-    small = _poly(b, z, [-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2,
-                         1.33314422036e-1, -3.33332819422e-1])
-    small = b.fadd(b.fmul(b.fmul(small, z), x), x)
-    t = exp_f32(b, b.fmul(ax, _f(2.0)))
-    large = b.fsub(_f(1.0), b.fdiv(_f(2.0), b.fadd(t, _f(1.0))))
-    # the sign from x last: the polynomial gives +0 for -0 (-0 + -0 * ... * -0 = -0 + 0)
-    return k.intrinsic("llvm.copysign", b.select(b.fcmp_ordered("<", ax, _f(0.625)), small, large), x)
+    z = b.fmul(ax, ax)
+    small = k.fma(b.fmul(ax, z), k.poly(z, _TANH_POLY32), ax)
+    twice = b.fmul(b.select(b.fcmp_ordered(">", ax, _f(9.5)), _f(9.5), ax), _f(2.0))
+    e, q = _exp_reduce(k, twice)
+    e = _pow2(k, e, k.i(127 << 23))
+    large = b.fsub(_f(1.0), b.fdiv(_f(2.0), k.fma(e, q, b.fadd(e, _f(1.0)))))
+    return k.intrinsic("llvm.copysign", b.select(k.lt(ax, 0.625), small, large), x)
 
 
 def sigmoid_f32(b: ir.IRBuilder, x):

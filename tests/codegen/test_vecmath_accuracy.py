@@ -8,8 +8,11 @@ sign, exponent, subnormal, infinity and nan), plus 2**22 more over each
 function's working interval.  Each function runs as one kernel call per vector
 width: the kernel IR's `vector` loops of 8 lanes (AVX2) and 16 (AVX-512) — LLVM
 splits a vector wider than the host's registers, so both run on any host — and
-a scalar loop.  Special values are compared exactly with numpy's float32
-results (signs of zeros included).
+a scalar loop, each compiled for the host and for the host limited to 32-byte
+vectors (AVX2 code: other instructions, no mask registers), plus a smaller sample
+for 16-byte SSE code without fma instructions (llvm.fma becomes a libm call).
+Special values are compared exactly with numpy's float32 results (signs of
+zeros included).
 """
 import numpy as np
 import pytest
@@ -21,10 +24,20 @@ from needle.engine.schedule_cache import cpu_target
 from needle.runtime import jit
 
 WIDTHS = (1, 8, 16)  # scalar loop, AVX2, AVX-512
+VECTOR_BYTES = (64, 32)  # the host (AVX-512 where it has it) and AVX2
 
 
-def compiled(op: str, width: int, *inputs: np.ndarray) -> np.ndarray:
-    """op over float32 `inputs` by one kernel whose innermost loop is `width` lanes."""
+def target_for(vector_bytes: int):
+    host = cpu_target()
+    target = host if vector_bytes == 64 else host.with_vector_bytes(vector_bytes)
+    if not target.can_run_on(host):
+        pytest.skip(f"this host cannot run {vector_bytes}-byte SIMD code")
+    return target
+
+
+def compiled(op: str, width: int, *inputs: np.ndarray, target=None) -> np.ndarray:
+    """op over float32 `inputs` by one kernel whose innermost loop is `width` lanes,
+    compiled for `target` (the host's by default)."""
     i, v = K.Var("i"), K.Var("v")
     at = K.affine([(i, width), (v, 1)])
     loads = [K.Load(f"in{n}", at, "float32") for n in range(len(inputs))]
@@ -38,7 +51,7 @@ def compiled(op: str, width: int, *inputs: np.ndarray) -> np.ndarray:
     out = np.empty_like(arrays[0])
     table = np.array([a.ctypes.data for a in arrays + [out]], dtype=np.int64)
     err = np.zeros(1, dtype=np.int32)
-    jit.compile_kernels([kernel], cpu_target(), llvm)[0].cfunc(table.ctypes.data, None, 0, count, None, err.ctypes.data)
+    jit.compile_kernels([kernel], target or cpu_target(), llvm)[0].cfunc(table.ctypes.data, None, 0, count, None, err.ctypes.data)
     return out
 
 
@@ -85,14 +98,16 @@ UNARY = {
 FLOAT64_INSIDE = ("sigmoid",)  # and pow; exp, log and tanh are float32 polynomials
 
 
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
 @pytest.mark.parametrize("op", sorted(UNARY))
-def test_unary_within_one_ulp_of_correct_rounding(op):
+def test_unary_within_one_ulp_of_correct_rounding(op, vector_bytes):
+    target = target_for(vector_bytes)
     reference, (lo, hi) = UNARY[op]
     x = np.concatenate([all_patterns(), interval(lo, hi)])
     with np.errstate(all="ignore"):
         want = reference(x).astype(np.float32)
     for width in WIDTHS:
-        got = compiled(op, width, x)
+        got = compiled(op, width, x, target=target)
         ok = within_one_ulp(got, want)
         assert ok.all(), f"{op} (width {width}): {list(zip(x[~ok], got[~ok], want[~ok]))[:5]}"
         if op in FLOAT64_INSIDE:  # one rounding of a float64 value: correctly rounded but for rare ties
@@ -100,7 +115,9 @@ def test_unary_within_one_ulp_of_correct_rounding(op):
             assert exact.mean() > 0.999, f"{op} (width {width}): too few correctly rounded results"
 
 
-def test_pow_within_one_ulp_of_correct_rounding():
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+def test_pow_within_one_ulp_of_correct_rounding(vector_bytes):
+    target = target_for(vector_bytes)
     rng = np.random.default_rng(1)
     x = all_patterns(1 << 23)
     n = x.size // 4
@@ -110,7 +127,7 @@ def test_pow_within_one_ulp_of_correct_rounding():
     with np.errstate(all="ignore"):
         want = np.power(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
     for width in WIDTHS:
-        got = compiled("pow", width, x, y)
+        got = compiled("pow", width, x, y, target=target)
         ok = within_one_ulp(got, want)
         assert ok.all(), f"pow (width {width}): {list(zip(x[~ok], y[~ok], got[~ok], want[~ok]))[:5]}"
 
@@ -124,24 +141,26 @@ def same_values(got, want) -> np.ndarray:
     return (got == want) & (np.signbit(got) == np.signbit(want)) | (np.isnan(got) & np.isnan(want))
 
 
-def test_special_values():
+@pytest.mark.parametrize("vector_bytes", (64, 32, 16))
+def test_special_values(vector_bytes):
     """The edges (overflow, underflow to subnormals and 0, signed zeros, infinities,
     nan): zeros, infinities and nan exactly, other values within 1 ulp; pow exactly,
     with C99 powf's table (pow(nan, 0) = 1, pow(-inf, 0.5) = inf, pow(-0, -3) = -inf, ...)."""
+    target = target_for(vector_bytes)
     x = np.resize(SPECIAL, 64)
     for op, (reference, _) in UNARY.items():
         with np.errstate(all="ignore"):
             want = reference(x).astype(np.float32)
         ordinary = np.isfinite(want) & (want != 0)  # zeros, infinities and nan must be exact
         for width in WIDTHS:
-            got = compiled(op, width, x)
+            got = compiled(op, width, x, target=target)
             ok = same_values(got, want) | (ordinary & within_one_ulp(got, want))
             assert ok.all(), (op, width, list(zip(x[~ok], got[~ok], want[~ok])))
     xs, ys = (a.ravel() for a in np.meshgrid(SPECIAL, SPECIAL))
     with np.errstate(all="ignore"):
         want = np.power(xs.astype(np.float64), ys.astype(np.float64)).astype(np.float32)
     for width in WIDTHS:
-        got = compiled("pow", width, np.resize(xs, 960), np.resize(ys, 960))[:xs.size]
+        got = compiled("pow", width, np.resize(xs, 960), np.resize(ys, 960), target=target)[:xs.size]
         ok = same_values(got, want)
         assert ok.all(), ("pow", width, list(zip(xs[~ok], ys[~ok], got[~ok], want[~ok]))[:10])
 
@@ -190,3 +209,18 @@ def test_lazy_power_scalar_within_one_ulp(lazy, exponent):
     with np.errstate(all="ignore"):
         want = np.power(base.astype(np.float64), float(np.float32(exponent))).astype(np.float32)
     assert within_one_ulp(got, want).all()
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_sse_code_without_fma_within_one_ulp(op):
+    """16-byte vectors without the fma feature: the same results (llvm.fma is then
+    a call to libm's fma, correct but slow, hence the smaller sample)."""
+    target = target_for(16)
+    reference = UNARY[op][0]
+    x = all_patterns(1 << 22)
+    with np.errstate(all="ignore"):
+        want = reference(x).astype(np.float32)
+    for width in (1, 4):
+        got = compiled(op, width, x, target=target)
+        ok = within_one_ulp(got, want)
+        assert ok.all(), f"{op} (width {width}): {list(zip(x[~ok], got[~ok], want[~ok]))[:5]}"
