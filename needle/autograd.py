@@ -332,7 +332,8 @@ class Tensor(TensorMethods, Value):
 
     @property
     def shape(self) -> tuple:
-        return tuple(self._data_or_compute().shape)
+        shape = self._data_or_compute().shape
+        return shape if type(shape) is tuple else tuple(shape)
 
     @property
     def dtype(self) -> str:

@@ -39,7 +39,10 @@ REALIZE = None
 
 
 def _scalar(x) -> bool:
-    return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, bool)
+    kind = type(x)
+    if kind is float or kind is int:  # the common cases first: the ABC check is slow
+        return True
+    return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, (bool, LazyArray, NDArray))
 
 
 class LazyArray(Node, ArrayOperators):
@@ -63,9 +66,10 @@ class LazyArray(Node, ArrayOperators):
         raise TypeError(f"{op}: unsupported operand {type(other).__name__}")
 
     def _binary(self, op: str, other, reverse: bool = False) -> "LazyArray":
-        if not isinstance(other, (LazyArray, NDArray)) and not _scalar(other):
-            return NotImplemented
-        other = self._operand(op, other)
+        if not isinstance(other, LazyArray):
+            if not isinstance(other, NDArray) and not _scalar(other):
+                return NotImplemented
+            other = self._operand(op, other)
         a, b = (other, self) if reverse else (self, other)
         if a.shape == b.shape:
             return build.elementwise(op, a, b)

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import itertools
 
-from ..traversal import postorder
-
 UNARY = ("neg", "exp", "log", "tanh", "sqrt", "abs")
 BINARY = ("add", "sub", "mul", "div", "pow", "max", "min", "lt", "le", "eq", "ne")
 COMPARE = ("lt", "le", "eq", "ne")
@@ -132,9 +130,26 @@ def _fmt_index(index) -> str:
 
 
 def toposort(outputs) -> list:
-    """Nodes reachable from `outputs`, sources before users."""
-    return postorder(outputs, _srcs)
-
-
-def _srcs(node):
-    return node.srcs
+    """Nodes reachable from `outputs`, sources before users: the order of a recursive
+    depth-first post-order (traversal.postorder's), without the recursion.  Written
+    for nodes because every realize walks its graph: sources are iterated in place,
+    and leaves (loads) are emitted without a stack frame of their own."""
+    seen, order = set(), []
+    for root in outputs:
+        if id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack = [(root, iter(root.srcs))]
+        while stack:
+            node, srcs = stack[-1]
+            for src in srcs:
+                if id(src) not in seen:
+                    seen.add(id(src))
+                    if src.srcs:
+                        stack.append((src, iter(src.srcs)))
+                        break
+                    order.append(src)
+            else:
+                stack.pop()
+                order.append(node)
+    return order

@@ -89,7 +89,7 @@ class CompiledSchedule(ScheduleRunner):
 
     def new_output(self, size, dtype):
         buffer = Buffer((max(size, 1),), DTYPES[dtype])
-        return (buffer if size else buffer[:0]), _address_of(buffer)
+        return (buffer if size else buffer[:0]), ctypes.addressof(_CHAR.from_buffer(buffer))
 
     def output_array(self, handle, shape, dtype, device, address) -> NDArray:
         strides = self.output_strides.get(shape)
@@ -114,10 +114,11 @@ class CompiledSchedule(ScheduleRunner):
     def prepare(self, args, scalars) -> None:
         """Every kernel's pointer list and parameters, gathered in one numpy operation each."""
         args.ptrs.take(self.slot_matrix, out=args.table)
-        values = args.values
-        for k, x in enumerate(scalars):
-            values[k] = x.value
-        values.take(self.param_matrix, out=args.params)
+        if scalars:
+            values = args.values
+            for k, x in enumerate(scalars):
+                values[k] = x.value
+            values.take(self.param_matrix, out=args.params)
         args.err[0] = 0
 
     def launch_all(self, args) -> bool:
