@@ -59,6 +59,9 @@ CASES = {
                                 padding=1), randn),
     "conv_strided": (lambda t: ops.conv(ops.reshape(t, (1, 2, 3, 1)), ops.reshape(ops.exp(t), (3, 2, 1, 1)) * 0.5,
                                         stride=2, padding=1), randn),
+    "conv_padding_only_taps": (lambda t: ops.conv(ops.reshape(t, (1, 1, 2, 3)),
+                                                  ops.reshape(ops.exp(ops.concatenate([t] * 9, 0)) * 0.5, (3, 3, 3, 2)),
+                                                  padding=1), randn),
 }
 
 
