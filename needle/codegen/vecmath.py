@@ -150,7 +150,7 @@ def _log_core(k: _Kit, a):
 
 
 def _exp_reduce(k: _Kit, x):
-    """(z, q) with e**x = 2**n (1 + q) for float32 x with |x| < 128 ln2 (nan passes
+    """(z, q) with e**x = 2**n (1 + q) for float32 x with |x| <= 105 (nan passes
     through): x = n ln2 + r, n = roundeven(x log2e) by the shifter trick (z's low bits
     hold n), |r| <= ln2/2 by a two-constant Cody-Waite step (the first fma is exact:
     n ln2_hi and x are multiples of 2**-25 and r needs 24 bits), q = e**r - 1 by
@@ -163,9 +163,10 @@ def _exp_reduce(k: _Kit, x):
     return z, k.fma(b.fmul(r, r), k.poly(r, _EXP_POLY32), r)
 
 
-def _pow2(k: _Kit, z, bias: int):
-    """2**(n + bias) as float32 (n + bias + 127 in 1..254) from `_exp_reduce`'s z: z's
-    bits << 23 are n << 23 (the shifter's bits shift out)."""
+def _pow2(k: _Kit, z, bias):
+    """The float32 with bits (n << 23) + bias, for n in `_exp_reduce`'s z: 2**n times
+    the power of two whose bits are `bias` (while the sum stays a normal float's
+    exponent).  z's bits << 23 are n << 23: the shifter's bits shift out."""
     b = k.b
     return b.bitcast(b.add(b.shl(b.bitcast(z, k.ity), k.i(23)), bias), k.fty)
 
@@ -175,8 +176,8 @@ def exp_f32(b: ir.IRBuilder, x):
     clamped to [-104, 89] (nan passes), where e**-104 rounds to 0 and e**89 overflows.
     2**n = s c with c = 2 for x > 0 and 2**-24 below keeps s a normal float32 for n
     from -151 to 128.  s + s q is one fma (one rounding); the product with c is exact
-    but for subnormal results, which it rounds a second time (2**-24 ulp from the
-    first rounding: still within 1 ulp)."""
+    but for subnormal results, which it rounds a second time (the first rounding is
+    then at most 1/4 of a subnormal ulp: still within 1 ulp)."""
     k = _Kit.like(b, x)
     xc = b.select(k.lt(x, _EXP32_LO), k.f(_EXP32_LO), x)
     xc = b.select(b.fcmp_ordered(">", xc, k.f(_EXP32_HI)), k.f(_EXP32_HI), xc)
@@ -215,9 +216,9 @@ def tanh_f32(b: ir.IRBuilder, x):
     z = b.fmul(ax, ax)
     small = k.fma(b.fmul(ax, z), k.poly(z, _TANH_POLY32), ax)
     twice = b.fmul(b.select(b.fcmp_ordered(">", ax, _f(9.5)), _f(9.5), ax), _f(2.0))
-    e, q = _exp_reduce(k, twice)
-    e = _pow2(k, e, k.i(127 << 23))
-    large = b.fsub(_f(1.0), b.fdiv(_f(2.0), k.fma(e, q, b.fadd(e, _f(1.0)))))
+    z2, q = _exp_reduce(k, twice)
+    s = _pow2(k, z2, k.i(127 << 23))  # e**(2|x|) = s + s q, and e**(2|x|) + 1 one fma
+    large = b.fsub(_f(1.0), b.fdiv(_f(2.0), k.fma(s, q, b.fadd(s, _f(1.0)))))
     return k.intrinsic("llvm.copysign", b.select(k.lt(ax, 0.625), small, large), x)
 
 
