@@ -13,6 +13,10 @@ reductions.  Then two merges:
   broadcast back along the reduced axes (softmax, layernorm) or as is over the
   kept axes (logsumexp's log and add), becomes a *stage* of that kernel: an inner
   loop that leaves its result in a register.  Row softmax is one kernel.
+- several outputs: an elementwise kernel that reads, element for element, what
+  another elementwise kernel over the same shape stores also computes and stores
+  it (an optimizer's momentum and the parameter update from it; Adam's m, v and
+  parameter; an LSTM cell's c and h): one pass over memory and one launch.
 
 Every boundary gets a reason (`FusedGraph.reasons`), shown by
 `dump(stage="fused")` and NEEDLE_DEBUG.
@@ -42,6 +46,9 @@ class Group:
     matmul: object = None          # the matmul node (kind matmul)
     piece: int = -1
     notes: list = field(default_factory=list)
+    #: further nodes the kernel computes and stores, element for element over its domain
+    #: (an elementwise kernel only; see _Fusion.merge_elementwise_outputs)
+    extra: list = field(default_factory=list)
     #: the folded nodes the kernel evaluates (its root, the nodes inlined below it, its
     #: fused stages and matmul, and the loads it reads), recorded once by `fuse`: the
     #: stage dumps, the drawings and the profiler read this record
@@ -103,6 +110,7 @@ def fuse(folded: FoldedGraph) -> FusedGraph:
     f.split_nested_reductions()
     f.fuse_matmul_epilogues()
     f.fuse_reductions()
+    f.merge_elementwise_outputs()
     kernels = []
     for n in f.order:
         g = f.groups.get(id(n))
@@ -127,15 +135,16 @@ def _members(g: Group, stored: set) -> list:
         return [g.root]
     root = g.root.srcs[g.piece] if g.kind == "piece" else g.root
     members, seen = ([g.root] if g.kind == "piece" else []), set()
-    stack = [root] + list(g.stages) + ([g.matmul] if g.matmul is not None else [])
+    computed = {id(n) for n in [g.root, g.matmul] + g.stages + g.extra}
+    stack = [root] + list(g.stages) + ([g.matmul] if g.matmul is not None else []) + list(g.extra)
     while stack:
         n = stack.pop()
         if id(n) in seen:
             continue
         seen.add(id(n))
         members.append(n)
-        inlined = id(n) not in stored or n is g.root or n in g.stages or n is g.matmul
-        if n.op != "view" and inlined:
+        inlined = id(n) not in stored or id(n) in computed
+        if inlined and (n.op != "view" or id(n.srcs[0]) in computed):
             stack.extend(n.srcs)
     return members
 
@@ -330,6 +339,52 @@ class _Fusion:
             k.stages.append(r)
             k.stages.sort(key=lambda n: position[id(n)])
             reasons[id(r)] = f"fused as a stage of kernel {k.name}"
+
+    def merge_elementwise_outputs(self) -> None:
+        """Kernel B computes and stores the root of elementwise kernel A as well (A's
+        kernel goes) when B reads it at its own index (as is, or an identity view), both are
+        plain elementwise kernels over one shape, the sum stays under MAX_KERNEL_OPS,
+        and no kernel between A and B reads A's root (it is now written at B's place)."""
+        groups, position = self.groups, {id(n): i for i, n in enumerate(self.order)}
+        kernel_of = {}  # id(stored node) -> id(root of the kernel that stores it), where not its own
+        order = [n for n in self.order if id(n) in groups and id(n) in self.stored]
+        for n in order:
+            b = groups.get(id(n))
+            if not self._plain_elementwise(b):
+                continue
+            for read in _members(b, self.stored):  # stored nodes b reads, directly or through a view
+                a = groups.get(id(read.srcs[0] if read.op == "view" else read))
+                if a is None or a is b or not self._plain_elementwise(a) or a.domain != b.domain:
+                    continue
+                moved = a.extra + [a.root]
+                if not all(self._only_read_at_own_index(r, b) and self._readers_after(r, b, position, kernel_of)
+                           for r in moved):
+                    continue
+                if self.tree_size(b.root, {}) + sum(self.tree_size(r, {}) for r in moved + b.extra) > MAX_KERNEL_OPS:
+                    continue
+                b.extra.extend(moved)
+                kernel_of.update((id(r), id(b.root)) for r in moved)
+                b.notes.append(f"also stores {', '.join(r.op + ' ' + r.type_str() for r in moved)}")
+                del groups[id(a.root)]
+                for r in moved:
+                    self.reasons[id(r)] = f"{self.reasons.get(id(r), 'stored')}; stored by the kernel of " \
+                                          f"{b.root.op} {b.root.type_str()} with its own root (several outputs)"
+
+    def _only_read_at_own_index(self, r, b: Group) -> bool:
+        """Every read of `r` in kernel `b` is at `b`'s index (as is, or an identity view)."""
+        same = View.contiguous(b.domain)
+        return all(m.arg == same for m in _members(b, self.stored) if m.op == "view" and m.srcs[0] is r) \
+            and r.shape == b.domain
+
+    def _readers_after(self, r, b: Group, position, kernel_of) -> bool:
+        """No kernel but `b` that reads `r` comes before `b`."""
+        kernels = {kernel_of.get(k, k) for k in self.readers_root(r)} - {id(b.root)}
+        return all(position[k] > position[id(b.root)] for k in kernels)
+
+    def _plain_elementwise(self, g) -> bool:
+        """An elementwise kernel storing its root over its shape (no stages, piece or gather)."""
+        return (g is not None and g.kind == "elementwise" and not g.stages and g.root.op in ELEMENTWISE
+                and not any(m.op == "gather" for m in _members(g, self.stored)))
 
     def stage_legal(self, r, k: Group) -> str:
         """Why reduction `r` cannot become a stage of kernel `k` ("" if it can)."""

@@ -40,6 +40,8 @@ class Lowering:
         self.merged = {}            # id(view node) -> View reshaped to merged loops
         self.direct_shape = None    # layout of stored nodes read without a view
         self.memo = {}
+        #: the kernel's extra roots (fusion: merge_elementwise_outputs): computed here, not loaded
+        self.computed = {id(n) for n in group.extra}
 
     # ---- arguments ----------------------------------------------------------------------
     def buffer(self, slot: int, dtype: str, role: str) -> str:
@@ -80,7 +82,7 @@ class Lowering:
             return K.Const(node.arg, dtype)
         if op == "param":
             return self.param(node.arg, dtype)
-        if id(node) in self.stored and node is not self.group.root:
+        if id(node) in self.stored and node is not self.group.root and id(node) not in self.computed:
             shape = self.direct_shape or node.shape
             name = self.buffer(self.slot_of(node), dtype, "in")
             return K.Load(name, linear(index, View.contiguous(shape).strides, 0), dtype)
@@ -114,6 +116,8 @@ class Lowering:
             return self.accs[id(base)]
         if base is self.group.matmul and self.matmul_value is not None:
             return self.matmul_value
+        if id(base) in self.computed:  # an extra root, read at this kernel's index (fusion checked)
+            return self.gen(base, index)
         view = self.merged.get(id(vnode), vnode.arg)
         if view.empty:
             return K.Const(0, base.dtype)
@@ -162,9 +166,19 @@ class Lowering:
             out_view = out_view.reshape(shape)
         self.direct_shape = shape
         index, loops = loop_vars(shape, "i")
-        out = self.buffer(self.slot_of(self.group.root), self.group.root.dtype, "out")
+        at = linear(index, out_view.strides, out_view.offset)
+        body, named = [], []  # extra roots (stored at the same index) first, each computed once
+        for k, node in enumerate(self.group.extra):
+            value = self.gen(node, index)
+            for old, var in named:
+                value = replace(value, old, var)
+            named.append((value, K.Var(f"x{k}", node.dtype)))
+            out = self.buffer(self.slot_of(node), node.dtype, "out")
+            body += [K.Let(f"x{k}", value), K.Store(out, at, named[-1][1])]
         value = self.gen(root, index) if root is not None else K.Const(0, self.group.root.dtype)
-        body = [K.Store(out, linear(index, out_view.strides, out_view.offset), value)]
+        for old, var in named:
+            value = replace(value, old, var)
+        body.append(K.Store(self.buffer(self.slot_of(self.group.root), self.group.root.dtype, "out"), at, value))
         return self.kernel(*nest(loops, body), work=math.prod(shape))
 
     def reduce(self) -> K.Kernel:

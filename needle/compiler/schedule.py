@@ -110,10 +110,10 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
             next_slot += 1
         output_slots.append((slot_of_node[id(node)], outputs[pos].shape, node.dtype))
     temp_sizes = {}  # slot -> bytes, for intermediate results and scratch buffers
-    for g in fused.groups:
-        if id(g.root) not in slot_of_node:
-            slot_of_node[id(g.root)] = next_slot
-            temp_sizes[next_slot] = max(g.root.size, 1) * itemsize(g.root.dtype)
+    for node in (n for g in fused.groups for n in g.extra + [g.root]):
+        if id(node) not in slot_of_node:
+            slot_of_node[id(node)] = next_slot
+            temp_sizes[next_slot] = max(node.size, 1) * itemsize(node.dtype)
             next_slot += 1
 
     def slot_of(node):

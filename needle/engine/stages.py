@@ -52,7 +52,7 @@ def fused_text(fused) -> str:
                 continue
             text = printer.node_line(n, num)
             note = fused.reasons.get(id(n))
-            if n is g.root or (g.kind == "piece" and n is g.root):
+            if n is g.root or any(n is e for e in g.extra):  # what the kernel stores
                 note = f"stored: {note}" if note else "stored"
             lines.append("  " + text + (f"   <- {note}" if note else ""))
         for note in g.notes:
