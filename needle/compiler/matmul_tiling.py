@@ -53,7 +53,7 @@ def lower(make_lowering, new_scratch, target) -> list:
     m = low.group.matmul
     a, b = m.srcs
     rows, cols, depth = m.shape[-2], m.shape[-1], a.shape[-1]
-    if m.dtype not in ("float32", "float64") or rows * cols * depth < SMALL or target.name != "cpu":
+    if m.dtype not in ("float32", "float64") or math.prod(m.shape) * depth < SMALL or target.name != "cpu":
         return [naive(low)]
     return Tiling(m, make_lowering, new_scratch, target).kernels()
 
@@ -67,6 +67,9 @@ class Tiling:
         self.M, self.N, self.K = m.shape[-2], m.shape[-1], self.a.shape[-1]
         self.MR, self.NR = tile_shape(m.dtype, target.vector_bytes)
         self.KB = -(-self.K // KC)
+        #: rows of a packed panel: KC, or K when one block holds it (a shorter panel
+        #: keeps the packed operand dense: K = 32 in a KC = 512 layout touched 1/16 of it)
+        self.PK = KC if self.KB > 1 else self.K
         self.MP, self.NP = -(-self.M // self.MR), -(-self.N // self.NR)
         per_thread = -(-self.MP // max(1, 2 * target.threads))  # at least two blocks per thread
         self.MCP = max(1, min(MC_PANELS, per_thread))
@@ -76,8 +79,8 @@ class Tiling:
         # contiguous along j and N whole panels
         self.direct_a = self.direct(self.a, rows_first=True)
         self.direct_b = self.N % self.NR == 0 and self.direct(self.b, rows_first=False)
-        self.ap = None if self.direct_a else new_scratch(self.BT * self.KB * self.MP * KC * self.MR, m.dtype)
-        self.bp = None if self.direct_b else new_scratch(self.BT * self.KB * self.NP * KC * self.NR, m.dtype)
+        self.ap = None if self.direct_a else new_scratch(self.BT * self.KB * self.MP * self.PK * self.MR, m.dtype)
+        self.bp = None if self.direct_b else new_scratch(self.BT * self.KB * self.NP * self.PK * self.NR, m.dtype)
 
     def kernels(self) -> list:
         packs = [] if self.direct_a else [self.pack(self.a, self.ap, self.MP, self.MR, rows_first=True)]
@@ -115,7 +118,7 @@ class Tiling:
         outer = K.affine([(p, width), (w, 1)])        # row (A) or column (B)
         k = K.affine([(pc, KC), (kk, 1)])
         limit = self.M if rows_first else self.N
-        at = K.affine([(q, KC * width), (kk, width), (w, 1)])
+        at = K.affine([(q, self.PK * width), (kk, width), (w, 1)])
 
         def operand_at(o, kx):
             return low.gen(operand, self.batch_index(bt) + ((o, kx) if rows_first else (kx, o)))
@@ -136,11 +139,11 @@ class Tiling:
             body += [K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
         total = self.BT * per_batch
         name = ("PA_" if rows_first else "PB_") + "_".join(map(str, operand.shape))
-        return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=total * KC * width, name=name)
+        return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=total * self.PK * width, name=name)
 
     def macro(self) -> K.Kernel:
         low = self.make()
-        dtype, MR, NR = self.m.dtype, self.MR, self.NR
+        dtype, MR, NR, PK = self.m.dtype, self.MR, self.NR, self.PK
         ap = None if self.direct_a else low.buffer(self.ap, dtype, "in")
         bp = None if self.direct_b else low.buffer(self.bp, dtype, "in")
         out = low.buffer(low.slot_of(low.group.root), low.group.root.dtype, "out")
@@ -170,8 +173,8 @@ class Tiling:
         zero = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("acc", acc_at, K.Const(0, dtype))], "vector")], "unroll")
         spill = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("tile", acc_at, acc)], "vector")], "unroll")
         tile = [K.LocalArray("acc", dtype, MR * NR), zero,
-                K.Let("pa", K.affine([(bt, self.KB * self.MP * KC * MR), (pc, self.MP * KC * MR), (ip, KC * MR)])),
-                K.Let("pb", K.affine([(bt, self.KB * self.NP * KC * NR), (pc, self.NP * KC * NR), (jp, KC * NR)])),
+                K.Let("pa", K.affine([(bt, self.KB * self.MP * PK * MR), (pc, self.MP * PK * MR), (ip, PK * MR)])),
+                K.Let("pb", K.affine([(bt, self.KB * self.NP * PK * NR), (pc, self.NP * PK * NR), (jp, PK * NR)])),
                 k_loop, spill] + self.write_back(low, out, bt, ip, jp, pc)
         body = [K.LocalArray("tile", dtype, MR * NR),
                 K.Loop("pc", self.KB, [

@@ -1,0 +1,48 @@
+"""Matmul tiling of batched and short-K matmuls: a stack of small matrices whose
+total work is large takes the tiled kernels, with packed panels as deep as K (not
+the KC block) so the packed operand is dense; values against numpy float64."""
+import math
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import ops
+from needle.compiler import matmul_tiling
+from needle.compiler.schedule import plan
+from needle.engine.schedule_cache import cpu_target
+from needle.ir.printer import output_nodes
+
+
+def tensor(*shape):
+    return ndl.Tensor(np.random.randn(*shape).astype(np.float32), requires_grad=False)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((4, 8, 32, 32), (4, 8, 32, 32)),    # attention-sized: 32 matrices of 32^3
+    ((3, 45, 20), (3, 20, 70)),          # ragged rows and columns, K = 20
+    ((2, 3, 50, 7), (2, 3, 7, 80)),      # K shorter than a vector
+])
+def test_batched_small_matmuls_are_tiled_and_exact(a_shape, b_shape):
+    a, b = tensor(*a_shape), tensor(*b_shape)
+    y = ops.relu(a @ b) * 2.0  # with a fused epilogue
+    schedule, _ = plan(output_nodes([y]), cpu_target())
+    names = [c.kernel.name for c in schedule.calls]
+    assert any(n.startswith("M_") for n in names) and any(n.startswith("P") for n in names), names
+    want = np.maximum(np.matmul(a.numpy().astype(np.float64), b.numpy()), 0) * 2
+    # a float32 dot product of K terms is off by at most K eps sum|a||b|, and one more
+    # rounding to store it; the epilogue's x2 doubles value and error alike
+    scale = np.matmul(np.abs(a.numpy()).astype(np.float64), np.abs(b.numpy()))
+    bound = 2 * (a_shape[-1] + 1) * np.finfo(np.float32).eps * scale
+    assert np.all(np.abs(y.numpy() - want) <= bound)
+
+
+def test_packed_panels_are_as_deep_as_k():
+    """A packed operand holds BT * MP * K * MR elements when K fits one block."""
+    a, b = tensor(8, 100, 24), tensor(8, 24, 64)
+    schedule, _ = plan(output_nodes([a @ b]), cpu_target())
+    mr, nr = matmul_tiling.tile_shape("float32", cpu_target().vector_bytes)
+    pack_a = next(c for c in schedule.calls if c.kernel.name.startswith("PA_"))
+    rows = 8 * math.ceil(100 / mr)
+    assert pack_a.kernel.parallel[1] == rows
+    assert pack_a.kernel.work == rows * 24 * mr
