@@ -6,11 +6,12 @@ call per lane (slower than numpy).  These functions are plain arithmetic, bit
 casts and selects, so the loop vectorizer turns them into full-width SIMD.
 
 Accuracy, measured against float64 rounded to float32 (tests/codegen/
-test_vecmath_accuracy.py; exhaustively over every float32 of exp's, log's and
-tanh's working ranges): within 1 ulp of the correctly rounded result everywhere.
+test_vecmath_accuracy.py, on dense samples for AVX-512, AVX2 and SSE code; and
+once over all 2**32 inputs of exp, log and tanh in AVX-512 code): within 1 ulp of
+the correctly rounded result everywhere.
 
 - exp, log, tanh: float32 polynomials with fma (Horner), at the float32 vector
-  width; 2% (exp), 5% (log) and 0.6% (tanh) of results are 1 ulp off
+  width; 2% (exp), 5% (log) and 0.6% (tanh) of the test's results are 1 ulp off
   (exp(float32(4.55)) = 94.63242 is correctly rounded).  fma is required for the
   error bounds (exp's reduction relies on an exact fma); on a CPU without it
   llvm.fma is a libm call: correct, slow.  (A float64 evaluation rounded once was
