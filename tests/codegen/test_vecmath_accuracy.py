@@ -51,7 +51,8 @@ def compiled(op: str, width: int, *inputs: np.ndarray, target=None) -> np.ndarra
     out = np.empty_like(arrays[0])
     table = np.array([a.ctypes.data for a in arrays + [out]], dtype=np.int64)
     err = np.zeros(1, dtype=np.int32)
-    jit.compile_kernels([kernel], target or cpu_target(), llvm)[0].cfunc(table.ctypes.data, None, 0, count, None, err.ctypes.data)
+    fn = jit.compile_kernels([kernel], target or cpu_target(), llvm)[0].cfunc
+    fn(table.ctypes.data, None, 0, count, None, err.ctypes.data)
     return out
 
 
