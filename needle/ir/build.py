@@ -116,7 +116,22 @@ def elementwise(op: str, *srcs) -> Node:
     elif op == "ne" and first.op == "cast" and srcs[1].op == "const" and srcs[1].arg == 0 \
             and first.srcs[0].dtype == "bool":
         return first.srcs[0]  # (bool as number) != 0 is the bool itself
+    elif op == "add" and first.op == "assemble" and srcs[1].op == "assemble" and _disjoint(first.arg, srcs[1].arg):
+        # the gradients of slices (an LSTM's four gates) summed: one assemble of all the
+        # pieces, instead of a zero fill and a kernel per piece, then the additions
+        b = srcs[1]
+        return assemble(shape, list(zip(first.srcs, first.arg)) + list(zip(b.srcs, b.arg)), like=first)
     return _new(op, srcs, None, shape, dtype, device)
+
+
+def _disjoint(indices_a, indices_b) -> bool:
+    """Whether no slice of `indices_a` (assemble indices: (start, stop, step) per axis)
+    shares an element with one of `indices_b`: on some axis their ranges do not meet,
+    or they step alike from starts in different residues."""
+    def apart(x, y):
+        return any(a1 <= b0 or b1 <= a0 or (c == d and a0 % c != b0 % d)
+                   for (a0, a1, c), (b0, b1, d) in zip(x, y))
+    return all(apart(x, y) for x in indices_a for y in indices_b)
 
 
 _UNARY_OR_BINARY = frozenset(UNARY + BINARY)

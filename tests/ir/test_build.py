@@ -71,3 +71,31 @@ def test_constant_folding_and_identities():
     folded = build.elementwise("mul", c, c)
     assert folded.op == "const" and folded.arg == 4.0
     assert build.expand(build.reshape(c, (1, 3)), (4, 3)).op == "const"
+
+
+def test_sum_of_disjoint_assembles_is_one_assemble():
+    """The gradients of disjoint slices, summed (an LSTM's gates), become one assemble
+    of all the pieces; slices that share elements stay an addition."""
+    rng = np.random.default_rng(0)
+    pieces = [as_lazy(ndl.nd.array(rng.standard_normal((3, 1, 5)), dtype="float32")) for _ in range(4)]
+    like = pieces[0]
+    slots = [build.assemble((3, 4, 5), [(p, ((0, 3, 1), (k, k + 1, 1), (0, 5, 1)))], like=like)
+             for k, p in enumerate(pieces)]
+    total = slots[0]
+    for s in slots[1:]:
+        total = build.elementwise("add", total, s)
+    assert total.op == "assemble" and len(total.srcs) == 4
+    want = np.concatenate([p.numpy() for p in pieces], axis=1)
+    np.testing.assert_array_equal(total.numpy(), want)
+    # every other column, twice: interleaved (disjoint) and overlapping (not)
+    a = build.assemble((3, 4, 5), [(pieces[0], ((0, 3, 1), (0, 1, 1), (0, 5, 1)))], like=like)
+    wide = as_lazy(ndl.nd.array(rng.standard_normal((3, 2, 5)), dtype="float32"))
+    even = build.assemble((3, 4, 5), [(wide, ((0, 3, 1), (0, 4, 2), (0, 5, 1)))], like=like)
+    odd = build.assemble((3, 4, 5), [(wide, ((0, 3, 1), (1, 4, 2), (0, 5, 1)))], like=like)
+    assert build.elementwise("add", even, odd).op == "assemble"
+    overlapping = build.elementwise("add", a, even)
+    assert overlapping.op == "add"
+    want = np.zeros((3, 4, 5), np.float32)
+    want[:, 0:1] += pieces[0].numpy()
+    want[:, 0::2] += wide.numpy()
+    np.testing.assert_allclose(overlapping.numpy(), want, rtol=1e-6)
