@@ -38,13 +38,14 @@ INLINE = ELEMENTWISE + ("gather",)
 
 @dataclass
 class Group:
-    """One kernel: stores `root` (for kind "piece": piece `piece` of an assemble)."""
+    """One kernel: stores `root` (for kind "piece": pieces `pieces` of an assemble, all
+    of one shape)."""
 
     kind: str                      # elementwise | reduce | matmul | fill | piece
     root: object
     stages: list = field(default_factory=list)   # fused reductions, in order
     matmul: object = None          # the matmul node (kind matmul)
-    piece: int = -1
+    pieces: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     #: further nodes the kernel computes and stores, element for element over its domain
     #: (an elementwise kernel only; see _Fusion.merge_elementwise_outputs)
@@ -58,7 +59,7 @@ class Group:
     def domain(self) -> tuple:
         """Shape the kernel loops over (for reductions: the reduced input's shape)."""
         if self.kind == "piece":
-            return self.root.srcs[self.piece].shape
+            return self.root.srcs[self.pieces[0]].shape
         if self.stages:
             return self.stages[0].srcs[0].shape
         return self.root.shape
@@ -133,10 +134,10 @@ def _members(g: Group, stored: set) -> list:
     which it reads.  A fill evaluates nothing but zeros."""
     if g.kind == "fill":
         return [g.root]
-    root = g.root.srcs[g.piece] if g.kind == "piece" else g.root
+    roots = [g.root.srcs[i] for i in g.pieces] if g.kind == "piece" else [g.root]
     members, seen = ([g.root] if g.kind == "piece" else []), set()
     computed = {id(n) for n in [g.root, g.matmul] + g.stages + g.extra}
-    stack = [root] + list(g.stages) + ([g.matmul] if g.matmul is not None else []) + list(g.extra)
+    stack = roots + list(g.stages) + ([g.matmul] if g.matmul is not None else []) + list(g.extra)
     while stack:
         n = stack.pop()
         if id(n) in seen:
@@ -439,10 +440,12 @@ def _squeeze(shape) -> tuple:
 
 
 def _assemble_groups(n) -> list:
-    """An assemble is a zero fill (unless the pieces cover it) and one kernel per piece."""
+    """An assemble is a zero fill (unless the pieces cover it) and one kernel per shape
+    of its pieces (an LSTM's four gate gradients: one kernel)."""
     covered = sum(s.size for s in n.srcs)
     total = n.size
     groups = [] if covered == total else [Group("fill", n)]
-    for i in range(len(n.srcs)):
-        groups.append(Group("piece", n, piece=i))
-    return groups
+    by_shape = {}
+    for i, s in enumerate(n.srcs):
+        by_shape.setdefault(s.shape, []).append(i)
+    return groups + [Group("piece", n, pieces=ix) for ix in by_shape.values()]

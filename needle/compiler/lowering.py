@@ -148,37 +148,34 @@ class Lowering:
         return K.Binary("max", K.Binary("min", wrapped, K.Const(n - 1), K.INDEX), K.Const(0), K.INDEX)
 
     # ---- kernels ------------------------------------------------------------------------
-    def elementwise(self, root, domain, out_view: View) -> K.Kernel:
-        """Store `root` over `domain` through `out_view` (contiguous, or a slice of an
-        assemble).  Adjacent dims that every view allows are merged first (not when a
-        gather is inlined: its sources are indexed over other shapes)."""
+    def elementwise(self, stores, domain) -> K.Kernel:
+        """Each (value node, stored node, out view) of `stores` over `domain`: the
+        value (None: zero) written to the stored node's buffer through the view
+        (contiguous, or a slice of an assemble).  Values of the kernel's extra roots
+        are computed once and reused by the later stores.  Adjacent dims that every
+        view allows are merged first (not when a gather is inlined: its sources are
+        indexed over other shapes)."""
         inlined = self.group.members  # what fusion recorded this kernel evaluates
-        if any(n.op == "gather" for n in inlined):
-            index, loops = loop_vars(domain, "i")
-            out = self.buffer(self.slot_of(self.group.root), self.group.root.dtype, "out")
-            body = [K.Store(out, linear(index, out_view.strides, out_view.offset), self.gen(root, index))]
-            return self.kernel(*nest(loops, body), work=math.prod(domain))
         views = [n for n in inlined if n.op == "view"]
-        shape = merge_dims(domain, [v.arg for v in views] + [out_view])
+        gather = any(n.op == "gather" for n in inlined)
+        shape = domain if gather else merge_dims(domain, [v.arg for v in views] + [v for _, _, v in stores])
         if shape != domain:
             for v in views:
                 self.merged[id(v)] = v.arg.reshape(shape)
-            out_view = out_view.reshape(shape)
-        self.direct_shape = shape
+            stores = [(value, stored, view.reshape(shape)) for value, stored, view in stores]
+        self.direct_shape = None if gather else shape
         index, loops = loop_vars(shape, "i")
-        at = linear(index, out_view.strides, out_view.offset)
-        body, named = [], []  # extra roots (stored at the same index) first, each computed once
-        for k, node in enumerate(self.group.extra):
-            value = self.gen(node, index)
+        body, named = [], []  # (expression, variable) of each extra root's value
+        for value_node, stored, view in stores:
+            value = self.gen(value_node, index) if value_node is not None else K.Const(0, stored.dtype)
             for old, var in named:
                 value = replace(value, old, var)
-            named.append((value, K.Var(f"x{k}", node.dtype)))
-            out = self.buffer(self.slot_of(node), node.dtype, "out")
-            body += [K.Let(f"x{k}", value), K.Store(out, at, named[-1][1])]
-        value = self.gen(root, index) if root is not None else K.Const(0, self.group.root.dtype)
-        for old, var in named:
-            value = replace(value, old, var)
-        body.append(K.Store(self.buffer(self.slot_of(self.group.root), self.group.root.dtype, "out"), at, value))
+            if id(value_node) in self.computed:
+                named.append((value, K.Var(f"x{len(named)}", value.dtype)))
+                body.append(K.Let(named[-1][1].name, value))
+                value = named[-1][1]
+            out = self.buffer(self.slot_of(stored), stored.dtype, "out")
+            body.append(K.Store(out, linear(index, view.strides, view.offset), value))
         return self.kernel(*nest(loops, body), work=math.prod(shape))
 
     def reduce(self) -> K.Kernel:
@@ -242,19 +239,20 @@ class Lowering:
         return loops, replace(result, value, kept)
 
     def store_group(self) -> K.Kernel:
-        """The kernel of an elementwise-shaped group: a plain elementwise root, an
-        assemble's zero fill, or one piece of an assemble (stored into its slice)."""
+        """The kernel of an elementwise-shaped group: a plain elementwise root (and its
+        extra roots), an assemble's zero fill, or pieces of an assemble of one shape
+        (each stored into its slice)."""
         g = self.group
         if g.kind == "scatter":
             return self.scatter()
         if g.kind == "fill":
-            return self.elementwise(None, g.root.shape, View.contiguous(g.root.shape))
-        if g.kind == "piece":
-            index = g.root.arg[g.piece]
-            out_view = View.contiguous(g.root.shape).shrink([(a, b) for a, b, _ in index]) \
-                .stride([c for _, _, c in index])
-            return self.elementwise(g.root.srcs[g.piece], g.domain, out_view)
-        return self.elementwise(g.root, g.domain, View.contiguous(g.domain))
+            return self.elementwise([(None, g.root, View.contiguous(g.root.shape))], g.root.shape)
+        if g.kind == "piece":  # pieces of one shape, each into its slice
+            whole = View.contiguous(g.root.shape)
+            return self.elementwise([(g.root.srcs[i], g.root, whole.shrink([(a, b) for a, b, _ in g.root.arg[i]])
+                                      .stride([c for _, _, c in g.root.arg[i]])) for i in g.pieces], g.domain)
+        same = View.contiguous(g.domain)
+        return self.elementwise([(n, n, same) for n in g.extra + [g.root]], g.domain)
 
     def scatter(self) -> K.Kernel:
         """scatter_add, after its zero fill: one task per position outside the indexed

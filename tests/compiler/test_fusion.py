@@ -357,3 +357,22 @@ def test_no_second_output_when_another_kernel_reads_it_first():
     y64 = np.exp(np.exp(np.exp(a.numpy().astype(np.float64)))) + b.numpy()
     np.testing.assert_allclose(q.numpy(), y64 @ w.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(r.numpy(), y64 * 2 + y64 @ w.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_pieces_of_one_shape_are_one_kernel():
+    """stack of four results (an LSTM's gate gradients): one kernel stores every
+    piece into its slice; pieces of two shapes (a concatenation): one kernel each."""
+    a, b = tensor(9, 13), tensor(9, 13)
+    y = ops.stack([ops.exp(a), ops.tanh(b), a * b, a + b], 1)
+    schedule, fused = planned(y)
+    assert [c.kernel.name for c in schedule.calls] == ["A_9_1_13"]
+    check_reasons(fused)
+    a64, b64 = a.numpy().astype(np.float64), b.numpy().astype(np.float64)
+    np.testing.assert_allclose(y.numpy(), np.stack([np.exp(a64), np.tanh(b64), a64 * b64, a64 + b64], 1),
+                               rtol=1e-5, atol=1e-6)
+    c = tensor(9, 4)
+    z = ops.concatenate([ops.exp(a), c * 2.0, ops.tanh(b)], 1)
+    schedule, _ = planned(z)
+    assert sorted(call.kernel.name for call in schedule.calls) == ["A_9_13", "A_9_4"]
+    np.testing.assert_allclose(z.numpy(), np.concatenate([np.exp(a64), c.numpy() * 2.0, np.tanh(b64)], 1),
+                               rtol=1e-5, atol=1e-6)
