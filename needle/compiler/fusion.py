@@ -13,10 +13,11 @@ reductions.  Then two merges:
   broadcast back along the reduced axes (softmax, layernorm) or as is over the
   kept axes (logsumexp's log and add), becomes a *stage* of that kernel: an inner
   loop that leaves its result in a register.  Row softmax is one kernel.
-- several outputs: an elementwise kernel that reads, element for element, what
-  another elementwise kernel over the same shape stores also computes and stores
-  it (an optimizer's momentum and the parameter update from it; Adam's m, v and
-  parameter; an LSTM cell's c and h): one pass over memory and one launch.
+- several outputs: an elementwise kernel also computes and stores what an
+  earlier elementwise kernel over the same shape stores, when it reads that at
+  its own index or not at all and nothing in between needs it in memory (an
+  optimizer's momentum and the parameter update from it; Adam's m, v and
+  parameter; an LSTM cell's gates, c and h): one pass over memory, one launch.
 
 Every boundary gets a reason (`FusedGraph.reasons`), shown by
 `dump(stage="fused")` and NEEDLE_DEBUG.
@@ -342,21 +343,24 @@ class _Fusion:
             reasons[id(r)] = f"fused as a stage of kernel {k.name}"
 
     def merge_elementwise_outputs(self) -> None:
-        """Kernel B computes and stores the root of elementwise kernel A as well (A's
-        kernel goes) when B reads it at its own index (as is, or an identity view), both are
-        plain elementwise kernels over one shape, the sum stays under MAX_KERNEL_OPS,
-        and no kernel between A and B reads A's root (it is now written at B's place)."""
+        """Kernel B computes and stores the root of an earlier elementwise kernel A as
+        well (A's kernel goes) when both are plain elementwise kernels over one shape, B
+        reads A's root only at its own index (as is, or an identity view) if at all, no
+        kernel between A and B reads it (it is now written at B's place), and the sum
+        stays under MAX_KERNEL_OPS.  Reading it saves its trip through memory (an
+        optimizer's momentum, then the update); not reading it saves a launch (an LSTM
+        cell's three sigmoid gates)."""
         groups, position = self.groups, {id(n): i for i, n in enumerate(self.order)}
         kernel_of = {}  # id(stored node) -> id(root of the kernel that stores it), where not its own
-        order = [n for n in self.order if id(n) in groups and id(n) in self.stored]
-        for n in order:
+        earlier = {}    # domain -> the plain elementwise kernels so far, in order
+        for n in [n for n in self.order if id(n) in groups and id(n) in self.stored]:
             b = groups.get(id(n))
             if not self._plain_elementwise(b):
                 continue
-            for read in _members(b, self.stored):  # stored nodes b reads, directly or through a view
-                a = groups.get(id(read.srcs[0] if read.op == "view" else read))
-                if a is None or a is b or not self._plain_elementwise(a) or a.domain != b.domain:
-                    continue
+            read = {id(m.srcs[0] if m.op == "view" else m) for m in _members(b, self.stored)}
+            candidates = earlier.setdefault(b.domain, [])
+            # the kernels b reads first: merging those also saves memory traffic
+            for a in sorted(candidates, key=lambda a: id(a.root) not in read):
                 moved = a.extra + [a.root]
                 if not all(self._only_read_at_own_index(r, b) and self._readers_after(r, b, position, kernel_of)
                            for r in moved):
@@ -367,9 +371,11 @@ class _Fusion:
                 kernel_of.update((id(r), id(b.root)) for r in moved)
                 b.notes.append(f"also stores {', '.join(r.op + ' ' + r.type_str() for r in moved)}")
                 del groups[id(a.root)]
+                candidates.remove(a)
                 for r in moved:
                     self.reasons[id(r)] = f"{self.reasons.get(id(r), 'stored')}; stored by the kernel of " \
                                           f"{b.root.op} {b.root.type_str()} with its own root (several outputs)"
+            candidates.append(b)
 
     def _only_read_at_own_index(self, r, b: Group) -> bool:
         """Every read of `r` in kernel `b` is at `b`'s index (as is, or an identity view)."""

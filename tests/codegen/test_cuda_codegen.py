@@ -66,7 +66,7 @@ def test_every_kernel_compiles_with_nvcc(planned, tmp_path):
     for run in runs:
         _, err = run.communicate()
         assert run.returncode == 0, err[-4000:]
-    assert len(kernels) > 100
+    assert len(kernels) > 80  # the workloads' kernels, after fusion merged what it could
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")

@@ -376,3 +376,17 @@ def test_pieces_of_one_shape_are_one_kernel():
     assert sorted(call.kernel.name for call in schedule.calls) == ["A_9_13", "A_9_4"]
     np.testing.assert_allclose(z.numpy(), np.concatenate([np.exp(a64), c.numpy() * 2.0, np.tanh(b64)], 1),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_independent_outputs_of_one_shape_are_one_kernel():
+    """Three results over one shape that do not read each other (an LSTM cell's
+    sigmoid gates): one kernel stores all three."""
+    a, b, c = tensor(11, 7), tensor(11, 7), tensor(11, 7)
+    outs = (ops.sigmoid(a), ops.sigmoid(b) * c, ops.tanh(c))
+    schedule, fused = planned(*outs)
+    assert len(schedule.calls) == 1
+    check_reasons(fused)
+    assert launched(*outs) == 1
+    a64, b64, c64 = (t.numpy().astype(np.float64) for t in (a, b, c))
+    for got, want in zip(outs, (1 / (1 + np.exp(-a64)), c64 / (1 + np.exp(-b64)), np.tanh(c64))):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
