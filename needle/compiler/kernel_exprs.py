@@ -52,6 +52,47 @@ def replace(e, part, new):
     return e
 
 
+def select(cond, a, b, dtype: str):
+    """where(cond, a, b), simplified, so that padding's masks do not pile up (a relu
+    under a conv's padding read `c ? max(c ? x : 0, c ? 0.0 : 0) : 0`; it is now
+    `c ? max(x, 0.0) : 0`, less for LLVM to chew on): a constant condition picks its arm,
+    selects on `cond` inside either arm take the arm `cond` implies, equal arms need no
+    select, and `cond ? true : false` is `cond`.  Guarded loads keep their guards."""
+    if isinstance(cond, K.Const):
+        return a if cond.value else b
+    a, b = assume(a, cond, True), assume(b, cond, False)
+    if a == b:
+        return a
+    if dtype == "bool" and a == K.Const(True, "bool") and b == K.Const(False, "bool"):
+        return cond
+    return K.Where(cond, a, b, dtype)
+
+
+def assume(e, cond, truth: bool):
+    """`e` where `cond` is known to be `truth`: its selects on `cond` take that arm.
+    Subexpressions it does not change stay the same objects (lowering shares them)."""
+    if isinstance(e, K.Where):
+        if e.cond == cond:
+            return assume(e.a if truth else e.b, cond, truth)
+        parts = (e.cond, e.a, e.b)
+    elif isinstance(e, K.Binary):
+        parts = (e.a, e.b)
+    elif isinstance(e, (K.Unary, K.Cast)):
+        parts = (e.x,)
+    else:
+        return e
+    new = tuple(assume(p, cond, truth) for p in parts)
+    if all(n is p for n, p in zip(new, parts)):
+        return e
+    if isinstance(e, K.Where):
+        return K.Where(*new, e.dtype)
+    if isinstance(e, K.Binary):
+        return K.Binary(e.op, *new, e.dtype)
+    if isinstance(e, K.Unary):
+        return K.Unary(e.op, new[0], e.dtype)
+    return K.Cast(new[0], e.dtype)
+
+
 def unravel(flat, shape) -> tuple:
     """Row-major indices of `flat` over `shape`, each `flat // stride % n` (independent
     of the others: no chain of divisions), without the mod for the outermost dim and

@@ -20,7 +20,7 @@ import math
 from ..codegen import kernel_ir as K
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
-from .kernel_exprs import contains, costly, is_float, power, replace
+from .kernel_exprs import contains, costly, is_float, power, replace, select
 from .views import View
 
 
@@ -97,7 +97,7 @@ class Lowering:
             return K.Binary(op, a, b, "bool" if op in COMPARE else dtype)
         if op == "where":
             c, a, b = (self.gen(s, index) for s in node.srcs)
-            return K.Where(c, a, b, dtype)
+            return select(c, a, b, dtype)
         if op == "cast":
             return K.Cast(self.gen(node.srcs[0], index), dtype)
         if op == "copy":
@@ -124,7 +124,7 @@ class Lowering:
         valid = mask_expr(view, index)
         if base.op in ("const", "param"):
             value = self.gen(base, ())
-            return value if valid is None else K.Where(valid, value, K.Const(0, base.dtype), base.dtype)
+            return value if valid is None else select(valid, value, K.Const(0, base.dtype), base.dtype)
         name = self.buffer(self.slot_of(base), base.dtype, "in")
         return K.Load(name, linear(index, view.strides, view.offset), base.dtype, valid)
 
