@@ -98,7 +98,7 @@ class Profile:
         for device, module, cache in (("cpu()", cpu, schedule_cache.CACHES["cpu"]),
                                       ("cuda()", cuda, schedule_cache.CACHES["cuda"])):
             module.KERNEL_TIMER = self._make_timer(device)
-            cache.get = self._make_get(cache, device)
+            cache.observer = self._make_observer(cache, device)
             self._caches.append((module, cache))
         sources.install()
 
@@ -106,24 +106,23 @@ class Profile:
         sources.uninstall()
         for module, cache in self._caches:
             module.KERNEL_TIMER = None
-            cache.__dict__.pop("get", None)
+            cache.observer = None
         self._caches.clear()
 
     # ---- hooks ------------------------------------------------------------------------------
-    def _make_get(self, cache, device: str):
+    def _make_observer(self, cache, device: str):
         from ..runtime import counters
-        original = type(cache).get
 
-        def get(nodes):
+        def observe(lookup, nodes):
             c = counters.COUNTERS
             s0, k0 = c["schedule_seconds"], c["compile_seconds"]
             t0 = time.perf_counter()
-            entry, leaves, scalars = original(cache, nodes)
+            entry, leaves, scalars = lookup(nodes)
             t1 = time.perf_counter()
             sched, comp = c["schedule_seconds"] - s0, c["compile_seconds"] - k0
             self._note_realize(entry, nodes, leaves, cache.target(), device, t0, t1, sched, comp)
             return entry, leaves, scalars
-        return get
+        return observe
 
     def _note_realize(self, entry, nodes, leaves, target, device, t0, t1, sched, comp) -> None:
         start = time.perf_counter()
