@@ -5,7 +5,7 @@ reduction, a matmul, an assemble or a copy, the base of a view, or an
 elementwise node that several readers use and that is too costly to recompute.
 Everything else is inlined into the kernel of each node that reads it, so an
 elementwise chain is one kernel and elementwise producers run inside
-reductions.  Then two merges:
+reductions.  Then three merges:
 
 - matmul epilogue: a matmul read once, as is, by an elementwise chain (bias add,
   activation) is computed by the kernel of that chain — one kernel;
@@ -35,6 +35,8 @@ from .views import View
 LEAVES = ("buffer", "const", "param")
 #: nodes a kernel may compute inline for its reader (a gather is one indexed load)
 INLINE = ELEMENTWISE + ("gather",)
+#: how many earlier elementwise kernels over its shape a kernel may take over (several outputs)
+MERGE_WINDOW = 8
 
 
 @dataclass
@@ -357,17 +359,20 @@ class _Fusion:
             b = groups.get(id(n))
             if not self._plain_elementwise(b):
                 continue
-            read = {id(m.srcs[0] if m.op == "view" else m) for m in _members(b, self.stored)}
+            members = _members(b, self.stored)
+            read = {id(m.srcs[0] if m.op == "view" else m) for m in members}
             candidates = earlier.setdefault(b.domain, [])
-            # the kernels b reads first: merging those also saves memory traffic
-            for a in sorted(candidates, key=lambda a: id(a.root) not in read):
+            # the last few kernels over this shape (a step has hundreds: checking them all
+            # is quadratic), those b reads first: merging those also saves memory traffic
+            for a in sorted(candidates[-MERGE_WINDOW:], key=lambda a: id(a.root) not in read):
                 moved = a.extra + [a.root]
-                if not all(self._only_read_at_own_index(r, b) and self._readers_after(r, b, position, kernel_of)
-                           for r in moved):
+                if not all(self._readers_after(r, b, position, kernel_of) and
+                           self._only_read_at_own_index(r, b, members) for r in moved):
                     continue
                 if self.tree_size(b.root, {}) + sum(self.tree_size(r, {}) for r in moved + b.extra) > MAX_KERNEL_OPS:
                     continue
                 b.extra.extend(moved)
+                members = _members(b, self.stored)
                 kernel_of.update((id(r), id(b.root)) for r in moved)
                 b.notes.append(f"also stores {', '.join(r.op + ' ' + r.type_str() for r in moved)}")
                 del groups[id(a.root)]
@@ -377,11 +382,12 @@ class _Fusion:
                                           f"{b.root.op} {b.root.type_str()} with its own root (several outputs)"
             candidates.append(b)
 
-    def _only_read_at_own_index(self, r, b: Group) -> bool:
-        """Every read of `r` in kernel `b` is at `b`'s index (as is, or an identity view)."""
+    @staticmethod
+    def _only_read_at_own_index(r, b: Group, members) -> bool:
+        """Every read of `r` in kernel `b` (whose members are `members`) is at `b`'s
+        index (as is, or an identity view)."""
         same = View.contiguous(b.domain)
-        return all(m.arg == same for m in _members(b, self.stored) if m.op == "view" and m.srcs[0] is r) \
-            and r.shape == b.domain
+        return r.shape == b.domain and all(m.arg == same for m in members if m.op == "view" and m.srcs[0] is r)
 
     def _readers_after(self, r, b: Group, position, kernel_of) -> bool:
         """No kernel but `b` that reads `r` comes before `b`."""
