@@ -7,8 +7,8 @@ casts and selects, so the loop vectorizer turns them into full-width SIMD.
 
 Accuracy, measured against float64 rounded to float32 (tests/codegen/
 test_vecmath_accuracy.py, on dense samples for AVX-512, AVX2 and SSE code; and
-once over all 2**32 inputs of exp, log and tanh in AVX-512 code): within 1 ulp of
-the correctly rounded result everywhere.
+once over all 2**32 inputs of exp, log and tanh in AVX-512 and in AVX2 code):
+within 1 ulp of the correctly rounded result everywhere.
 
 - exp, log, tanh: float32 polynomials with fma (Horner), at the float32 vector
   width; 2% (exp), 5% (log) and 0.6% (tanh) of the test's results are 1 ulp off
