@@ -115,7 +115,11 @@ def power(x, exponent, dtype: str):
     """x ** c for the constants numpy computes without pow, the way it does (x ** 0.5 is
     sqrt: sqrt(-inf) = nan where pow gives inf), each with one rounding so exact to half
     an ulp; float32's 3, -2 and -0.5 would take two roundings, so they stay pow (each
-    renderer's pow is correctly rounded or close to it)."""
+    renderer's pow is correctly rounded or close to it).  A constant read under padding
+    (`c ? 0.5 : 0`) is split into both arms, so the padded side keeps its own value."""
+    if is_float(dtype) and isinstance(exponent, K.Where) and isinstance(exponent.a, K.Const) \
+            and isinstance(exponent.b, K.Const):
+        return select(exponent.cond, power(x, exponent.a, dtype), power(x, exponent.b, dtype), dtype)
     if not is_float(dtype) or not isinstance(exponent, K.Const):
         return K.Binary("pow", x, exponent, dtype)
     c, one = float(exponent.value), K.Const(1.0, dtype)

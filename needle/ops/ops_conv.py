@@ -8,6 +8,7 @@ from __future__ import annotations
 import numbers
 
 from .. import array_api as A
+from .. import init
 from ..autograd import TensorOp
 from ..dtypes import dtype_name, require_same
 from ..errors import ArgumentError, ShapeError, fmt_shape
@@ -135,14 +136,21 @@ def conv_input_gradient(out_grad, W, z_shape, s: int, pads):
         g = dilate(g, (1, 2), s - 1)
         g = getitem(g, (slice(None), slice(0, (Ho - 1) * s + 1), slice(0, (Wo - 1) * s + 1), slice(None)))
     Wf = permute(flip(W, (0, 1)), (0, 1, 3, 2))  # (KH, KW, C_out, C_in)
-    # input position x gets g[o] W[t] for x = o*s + t - lo: before, K - 1 - lo; after, so
-    # that the output has Z's size (negative amounts crop g)
-    amounts = [(k - 1 - lo, size - 1 + lo - (o - 1) * s)
-               for k, (lo, _), size, o in zip((KH, KW), pads, z_shape[1:3], (Ho, Wo))]
-    crops = [(max(0, -before), g.shape[1 + d] - max(0, -after)) for d, (before, after) in enumerate(amounts)]
-    if any(c != (0, g.shape[1 + d]) for d, c in enumerate(crops)):
-        g = getitem(g, (slice(None), slice(*crops[0]), slice(*crops[1]), slice(None)))
-    return Conv(1, tuple((max(0, before), max(0, after)) for before, after in amounts))(g, Wf)
+    # input position x gets g[o] W[t] for x = o*s + t - lo: the correlation reads g at
+    # [x + lo - (K - 1), x + lo], so x in [0, size) needs g's range [start, start + size + K - 1),
+    # zero outside g: the part of g inside it, and padding for the rest
+    parts, pads_g = [], []
+    for d, (k, (lo, _), size) in enumerate(zip((KH, KW), pads, z_shape[1:3])):
+        start = lo - (k - 1)
+        stop = start + size + k - 1
+        a, b = max(0, start), min(g.shape[1 + d], stop)
+        if a >= b:  # every window along this axis reads padding alone: no gradient reaches Z
+            return init.zeros(*z_shape, device=out_grad.device, dtype=out_grad.dtype)
+        parts.append(slice(a, b))
+        pads_g.append((a - start, stop - b))
+    if any(p != slice(0, g.shape[1 + d]) for d, p in enumerate(parts)):
+        g = getitem(g, (slice(None),) + tuple(parts) + (slice(None),))
+    return Conv(1, tuple(pads_g))(g, Wf)
 
 
 def conv(a, b, stride=1, padding=0):
