@@ -37,13 +37,16 @@ SMALL = 48 ** 3  # below this many multiply-adds the plain loop nest wins
 DIRECT_LIMIT = {"a": 1 << 14, "b": 1 << 17}
 
 
-def tile_shape(dtype: str, vector_bytes: int) -> tuple:
+def tile_shape(dtype: str, vector_bytes: int, cols: int = 0) -> tuple:
     """(MR, NR) for SIMD registers of `vector_bytes`: NR is two vectors, MR rows
-    fill the registers."""
+    fill the registers.  A matmul of at most one vector's worth of columns (`cols`; a
+    conv with 16 output channels) takes one vector and twice the rows, else half of
+    each tile would be padding and every tile would take the ragged edge's checks."""
     lanes = vector_bytes // itemsize(dtype)
-    if vector_bytes >= 64:
-        return 8, 2 * lanes   # 16 accumulators of 32 zmm registers
-    return 6, 2 * lanes       # 12 accumulators of 16 ymm/xmm registers
+    rows = 8 if vector_bytes >= 64 else 6  # 16 accumulators of 32 zmm registers, 12 of 16 ymm/xmm
+    if 0 < cols <= lanes:
+        return 2 * rows, lanes
+    return rows, 2 * lanes
 
 
 def lower(make_lowering, new_scratch, target) -> list:
@@ -65,7 +68,7 @@ class Tiling:
         self.batch = m.shape[:-2]
         self.BT = math.prod(self.batch)
         self.M, self.N, self.K = m.shape[-2], m.shape[-1], self.a.shape[-1]
-        self.MR, self.NR = tile_shape(m.dtype, target.vector_bytes)
+        self.MR, self.NR = tile_shape(m.dtype, target.vector_bytes, self.N)
         self.KB = -(-self.K // KC)
         #: rows of a packed panel: KC, or K when one block holds it (a shorter panel
         #: keeps the packed operand dense: K = 32 in a KC = 512 layout touched 1/16 of it)

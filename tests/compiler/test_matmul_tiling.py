@@ -46,3 +46,20 @@ def test_packed_panels_are_as_deep_as_k():
     rows = 8 * math.ceil(100 / mr)
     assert pack_a.kernel.parallel[1] == rows
     assert pack_a.kernel.work == rows * 24 * mr
+
+
+@pytest.mark.parametrize("vector_bytes", [64, 32])
+def test_one_vector_of_columns_takes_a_one_vector_tile(vector_bytes):
+    """N = one vector (a conv with 16 output channels on AVX-512): the tile is one
+    vector wide and twice as tall (32 zmm: 16 x 1 accumulators; 16 ymm: 12 x 1), so no
+    tile is half padding; values against numpy."""
+    target = cpu_target().with_vector_bytes(vector_bytes)
+    lanes, rows = vector_bytes // 4, (8 if vector_bytes >= 64 else 6)
+    a, b = tensor(300, 72), tensor(72, lanes)
+    y = a @ b
+    schedule, _ = plan(output_nodes([y]), target)
+    macro = next(c.kernel for c in schedule.calls if c.kernel.name.startswith("M_"))
+    assert f"register tile: float32[{2 * rows * lanes}]" in macro.text()
+    assert f"unroll for r in {2 * rows}:" in macro.text()
+    want = a.numpy().astype(np.float64) @ b.numpy()  # computed with the host's tiles
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
