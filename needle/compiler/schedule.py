@@ -14,6 +14,7 @@ from ..dtypes import itemsize
 from ..target import Target
 from ..ir.nodes import toposort
 from . import matmul_tiling
+from .common import merge_common
 from .fusion import FusedGraph, fuse
 from .lowering import Lowering
 from .view_folding import fold_views
@@ -98,7 +99,7 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
     signature = signature or structure(outputs)
     leaves, leaf_ids, scalars, scalar_ids = (signature.leaves, signature.leaf_ids, signature.scalars,
                                              signature.scalar_ids)
-    fused = fuse(fold_views(outputs))
+    fused = fuse(merge_common(fold_views(outputs)))
     slot_of_node = {}
     slot_kinds = {i: ("leaf", i) for i in range(len(leaves))}
     next_slot = len(leaves)
