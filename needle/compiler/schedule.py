@@ -82,6 +82,8 @@ def structure(outputs) -> Signature:
                 k = scalar_ids[id(n.arg)] = len(scalars)
                 scalars.append(n.arg)
             append(("param", n.shape, n.dtype, k))
+        elif op == "const":  # by its text: 0.0 == -0.0 (and nan != nan) as numbers
+            append(("const", repr(n.arg), n.shape, n.dtype))
         else:
             srcs = n.srcs
             if len(srcs) == 1:

@@ -98,7 +98,9 @@ def binary_scalar(op, a, scalar, reverse):
         s = build.scalar(scalar, x.shape, x.dtype, x.device, exponent=exponent)
         return build.elementwise(op, s, x) if reverse else build.elementwise(op, x, s)
     baked = build.baked(scalar, exponent)
-    return _run(("scalar", op, reverse, scalar if baked else None), node, a, scalar=None if baked else scalar)
+    # a baked scalar is part of the code: keyed by its text (0.0 == -0.0 as numbers)
+    return _run(("scalar", op, reverse, repr(scalar) if baked else None), node, a,
+                scalar=None if baked else scalar)
 
 
 def where(cond, a, b):
