@@ -248,9 +248,7 @@ class Lowering:
         if g.kind == "fill":
             return self.elementwise([(None, g.root, View.contiguous(g.root.shape))], g.root.shape)
         if g.kind == "piece":  # pieces of one shape, each into its slice
-            whole = View.contiguous(g.root.shape)
-            return self.elementwise([(g.root.srcs[i], g.root, whole.shrink([(a, b) for a, b, _ in g.root.arg[i]])
-                                      .stride([c for _, _, c in g.root.arg[i]])) for i in g.pieces], g.domain)
+            return self.elementwise([(g.root.srcs[i], g.root, piece_view(g.root, i)) for i in g.pieces], g.domain)
         same = View.contiguous(g.domain)
         return self.elementwise([(n, n, same) for n in g.extra + [g.root]], g.domain)
 
@@ -365,6 +363,12 @@ def identity(op: str, dtype: str):
         return 0
     return -math.inf if dtype.startswith("float") else {"int32": -2**31, "int64": -2**63, "uint8": 0,
                                                          "bool": False}[dtype]
+
+
+def piece_view(assemble, i: int) -> View:
+    """Where piece `i` of an assemble goes: its slice of the row-major result."""
+    index = assemble.arg[i]
+    return View.contiguous(assemble.shape).shrink([(a, b) for a, b, _ in index]).stride([c for _, _, c in index])
 
 
 def linear(index, strides, offset):
