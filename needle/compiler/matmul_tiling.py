@@ -28,7 +28,7 @@ from .views import View
 
 KC = 512        # K block: a B panel (KC x NR) is reused from L1/L2 by every A panel of a block
 MC_PANELS = 12  # A panels per row block (MC = 12 * MR rows, an A block of ~200 KB in L2)
-SMALL = 48 ** 3  # below this many multiply-adds the plain loop nest wins
+SMALL = 48 ** 3  # below this many multiply-adds (all batches) the plain loop nest wins
 #: an operand read straight from its buffer (a parameter, an activation) of at most this many
 #: elements is not packed: it stays in cache across panels, and packing it would cost a kernel
 #: launch and a copy on every call.  A is read as MR row streams, B as rows of panels: past
@@ -54,8 +54,8 @@ def lower(make_lowering, new_scratch, target) -> list:
     `new_scratch(elements, dtype)` gives a slot for a packed operand."""
     low = make_lowering()
     m = low.group.matmul
-    a, b = m.srcs
-    rows, cols, depth = m.shape[-2], m.shape[-1], a.shape[-1]
+    depth = m.srcs[0].shape[-1]
+    # by the total work: a stack of small matrices (attention's heads) tiles well too
     if m.dtype not in ("float32", "float64") or math.prod(m.shape) * depth < SMALL or target.name != "cpu":
         return [naive(low)]
     return Tiling(m, make_lowering, new_scratch, target).kernels()
