@@ -49,20 +49,21 @@ def tile_shape(dtype: str, vector_bytes: int, cols: int = 0) -> tuple:
     return rows, 2 * lanes
 
 
-def lower(make_lowering, new_scratch, target) -> list:
+def lower(make_lowering, new_scratch, target, packed=None) -> list:
     """Kernels for the matmul group of `make_lowering()` (a fresh Lowering per kernel);
-    `new_scratch(elements, dtype)` gives a slot for a packed operand."""
+    `new_scratch(elements, dtype)` gives a slot for a packed operand; `packed` (one dict
+    per schedule) remembers operands packed already."""
     low = make_lowering()
     m = low.group.matmul
     depth = m.srcs[0].shape[-1]
     # by the total work: a stack of small matrices (attention's heads) tiles well too
     if m.dtype not in ("float32", "float64") or math.prod(m.shape) * depth < SMALL or target.name != "cpu":
         return [naive(low)]
-    return Tiling(m, make_lowering, new_scratch, target).kernels()
+    return Tiling(m, make_lowering, new_scratch, target, {} if packed is None else packed).kernels()
 
 
 class Tiling:
-    def __init__(self, m, make_lowering, new_scratch, target):
+    def __init__(self, m, make_lowering, new_scratch, target, packed: dict):
         self.m, self.make = m, make_lowering
         self.a, self.b = m.srcs
         self.batch = m.shape[:-2]
@@ -82,12 +83,24 @@ class Tiling:
         # contiguous along j and N whole panels
         self.direct_a = self.direct(self.a, rows_first=True)
         self.direct_b = self.N % self.NR == 0 and self.direct(self.b, rows_first=False)
-        self.ap = None if self.direct_a else new_scratch(self.BT * self.KB * self.MP * self.PK * self.MR, m.dtype)
-        self.bp = None if self.direct_b else new_scratch(self.BT * self.KB * self.NP * self.PK * self.NR, m.dtype)
+        self.ap, self.pack_a = (None, False) if self.direct_a else self.packed_slot(packed, new_scratch, True)
+        self.bp, self.pack_b = (None, False) if self.direct_b else self.packed_slot(packed, new_scratch, False)
+
+    def packed_slot(self, packed: dict, new_scratch, rows_first: bool) -> tuple:
+        """(scratch slot, whether this matmul packs into it): an operand is packed once
+        per schedule and layout, so matmuls by one operand share it (an RNN's steps all
+        multiply by the same transposed weight; common subexpressions made it one node)."""
+        operand = self.a if rows_first else self.b
+        width, panels = (self.MR, self.MP) if rows_first else (self.NR, self.NP)
+        key = (id(operand), rows_first, width, panels, self.PK, self.KB, self.batch)
+        if key in packed:
+            return packed[key], False
+        packed[key] = new_scratch(self.BT * self.KB * panels * self.PK * width, self.m.dtype)
+        return packed[key], True
 
     def kernels(self) -> list:
-        packs = [] if self.direct_a else [self.pack(self.a, self.ap, self.MP, self.MR, rows_first=True)]
-        if not self.direct_b:
+        packs = [self.pack(self.a, self.ap, self.MP, self.MR, rows_first=True)] if self.pack_a else []
+        if self.pack_b:
             packs.append(self.pack(self.b, self.bp, self.NP, self.NR, rows_first=False))
         return packs + [self.macro()]
 

@@ -130,15 +130,15 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
         next_slot += 1
         return next_slot - 1
 
-    calls = []
+    calls, packed = [], {}  # packed: operands packed so far (matmul_tiling.Tiling.packed_slot)
     for g in fused.groups:
-        calls.extend(_lower(g, fused, slot_of, lambda s: scalar_ids[id(s)], new_scratch, target))
+        calls.extend(_lower(g, fused, slot_of, lambda s: scalar_ids[id(s)], new_scratch, target, packed))
     temp_bytes = _plan_temps(calls, temp_sizes, slot_kinds)
     schedule = Schedule(calls, len(leaves), len(scalars), output_slots, slot_kinds, temp_bytes)
     return schedule, fused
 
 
-def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target: Target) -> list:
+def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target: Target, packed: dict) -> list:
     """The calls of one group (a matmul may need packing kernels first)."""
     def make():
         return Lowering(g, fused.stored, slot_of, param_slot)
@@ -146,7 +146,7 @@ def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target: Targe
         from . import cuda_lowering
         return [_call(k) for k in cuda_lowering.lower(g, make, new_scratch)]
     if g.kind == "matmul":
-        return [_call(k) for k in matmul_tiling.lower(make, new_scratch, target)]
+        return [_call(k) for k in matmul_tiling.lower(make, new_scratch, target, packed)]
     low = make()
     return [_call(low.reduce() if g.kind == "reduce" else low.store_group())]
 

@@ -29,7 +29,7 @@ def test_conv_forward_and_weight_gradient_share_the_im2col_copy():
     cols = np.stack([np.stack([zp[:, a:a + 9:2, b:b + 9:2] for b in range(5)], 3) for a in range(5)], 3)
     want_y = np.einsum("nhwabc,abco->nhwo", cols, w.numpy())
     want_dw = np.einsum("nhwabc,nhwo->abco", cols, g)
-    got_y, got_dw = ndl.realize(y, w.grad) or (y.numpy(), w.grad.numpy())
+    got_y, got_dw = (t.numpy() for t in ndl.realize(y, w.grad))  # one schedule
     np.testing.assert_allclose(got_y, want_y, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_dw, want_dw, rtol=1e-4, atol=1e-3)
 

@@ -63,3 +63,19 @@ def test_one_vector_of_columns_takes_a_one_vector_tile(vector_bytes):
     assert f"unroll for r in {2 * rows}:" in macro.text()
     want = a.numpy().astype(np.float64) @ b.numpy()  # computed with the host's tiles
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_an_operand_is_packed_once_per_schedule():
+    """Five matmuls by one transposed weight (an RNN's steps): one packing kernel for
+    it, read by all five; values against numpy."""
+    w = tensor(96, 80)
+    xs = [tensor(64, 80) for _ in range(5)]
+    ys = [x @ ops.transpose(w) for x in xs]
+    schedule, _ = plan(output_nodes(ys), cpu_target())
+    names = [c.kernel.name for c in schedule.calls]
+    assert names.count("PB_80_96") == 1, names
+    assert sum(n.startswith("M_") for n in names) == 5
+    got = [t.numpy() for t in ndl.realize(*ys)]  # one schedule
+    for x, y in zip(xs, got):
+        want = x.numpy().astype(np.float64) @ w.numpy().T
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
