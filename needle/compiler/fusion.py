@@ -356,10 +356,12 @@ class _Fusion:
         kernel_of = {}  # id(stored node) -> id(root of the kernel that stores it), where not its own
         earlier = {}    # domain -> the plain elementwise kernels so far, in order
         for n in [n for n in self.order if id(n) in groups and id(n) in self.stored]:
-            b = groups.get(id(n))
-            if not self._plain_elementwise(b):
+            b = groups[id(n)]  # an absorbed kernel is always an earlier one
+            if b.kind != "elementwise" or b.stages or b.root.op not in ELEMENTWISE:
                 continue
             members = _members(b, self.stored)
+            if any(m.op == "gather" for m in members):  # reads at other indices
+                continue
             read = {id(m.srcs[0] if m.op == "view" else m) for m in members}
             candidates = earlier.setdefault(b.domain, [])
             # the last few kernels over this shape (a step has hundreds: checking them all
@@ -393,11 +395,6 @@ class _Fusion:
         """No kernel but `b` that reads `r` comes before `b`."""
         kernels = {kernel_of.get(k, k) for k in self.readers_root(r)} - {id(b.root)}
         return all(position[k] > position[id(b.root)] for k in kernels)
-
-    def _plain_elementwise(self, g) -> bool:
-        """An elementwise kernel storing its root over its shape (no stages, piece or gather)."""
-        return (g is not None and g.kind == "elementwise" and not g.stages and g.root.op in ELEMENTWISE
-                and not any(m.op == "gather" for m in _members(g, self.stored)))
 
     def stage_legal(self, r, k: Group) -> str:
         """Why reduction `r` cannot become a stage of kernel `k` ("" if it can)."""

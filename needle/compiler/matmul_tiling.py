@@ -49,7 +49,7 @@ def tile_shape(dtype: str, vector_bytes: int, cols: int = 0) -> tuple:
     return rows, 2 * lanes
 
 
-def lower(make_lowering, new_scratch, target, packed=None) -> list:
+def lower(make_lowering, new_scratch, target, packed: dict) -> list:
     """Kernels for the matmul group of `make_lowering()` (a fresh Lowering per kernel);
     `new_scratch(elements, dtype)` gives a slot for a packed operand; `packed` (one dict
     per schedule) remembers operands packed already."""
@@ -59,7 +59,7 @@ def lower(make_lowering, new_scratch, target, packed=None) -> list:
     # by the total work: a stack of small matrices (attention's heads) tiles well too
     if m.dtype not in ("float32", "float64") or math.prod(m.shape) * depth < SMALL or target.name != "cpu":
         return [naive(low)]
-    return Tiling(m, make_lowering, new_scratch, target, {} if packed is None else packed).kernels()
+    return Tiling(m, make_lowering, new_scratch, target, packed).kernels()
 
 
 class Tiling:

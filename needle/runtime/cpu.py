@@ -89,13 +89,10 @@ class CompiledSchedule(ScheduleRunner):
 
     def new_output(self, size, dtype):
         buffer = Buffer((max(size, 1),), DTYPES[dtype])
-        return (buffer if size else buffer[:0]), ctypes.addressof(_CHAR.from_buffer(buffer))
+        return (buffer if size else buffer[:0]), _address_of(buffer)
 
     def output_array(self, handle, shape, dtype, device, address) -> NDArray:
-        strides = self.output_strides.get(shape)
-        if strides is None:
-            strides = compact_strides(shape)
-        out = _host_array(shape, strides, dtype, device, handle)
+        out = _host_array(shape, self.output_strides[shape], dtype, device, handle)
         _remember_address(handle, address)  # read again when a later graph reads it
         return out
 
