@@ -242,7 +242,10 @@ class Kernel:
     n_params: int
     body: list
     parallel: Optional[Tuple[str, int]] = None   # (var, extent) of the split loop
-    work: int = 0             # elements touched, to decide threading
+    work: int = 0             # elements touched (flops for a matmul), to decide threading
+    #: a matmul's flops, on its macro-kernel and packing kernels: those split across
+    #: threads by it, all or none, so that each thread packs the panels it multiplies
+    thread_work: int = 0
     slots: list = field(default_factory=list)    # schedule slot of each buf
     params: list = field(default_factory=list)   # scalar slot of each parameter
     block: int = 0            # CUDA: threads per block (0: not a CUDA kernel)

@@ -62,9 +62,9 @@ class Lowering:
         p = K.Param(self.param_index[slot], "float64")
         return p if dtype == "float64" else K.Cast(p, dtype)
 
-    def kernel(self, body, parallel, work: int, name: str = "") -> K.Kernel:
+    def kernel(self, body, parallel, work: int, name: str = "", thread_work: int = 0) -> K.Kernel:
         return K.Kernel(name or self.group.name, self.bufs, len(self.params), body, parallel, work,
-                        slots=list(self.buf_slots), params=list(self.params))
+                        slots=list(self.buf_slots), params=list(self.params), thread_work=thread_work)
 
     # ---- expressions --------------------------------------------------------------------
     def gen(self, node, index: tuple):

@@ -30,7 +30,7 @@ KC = 512        # K block: a B panel (KC x NR) is reused from L1/L2 by every A p
 MC_PANELS = 12  # A panels per row block (MC = 12 * MR rows, an A block of ~200 KB in L2)
 SMALL = 48 ** 3  # below this many multiply-adds (all batches) the plain loop nest wins
 #: an operand read straight from its buffer (a parameter, an activation) of at most this many
-#: elements is not packed: it stays in cache across panels, and packing it would cost a kernel
+#: elements per matrix is not packed: it stays in cache across panels, and packing it would cost a kernel
 #: launch and a copy on every call.  A is read as MR row streams, B as rows of panels: past
 #: these sizes the packed layout's locality wins (measured: 512^3 and 784x128x256 with a
 #: transposed A ran 15-35% slower unpacked)
@@ -71,13 +71,17 @@ class Tiling:
         self.M, self.N, self.K = m.shape[-2], m.shape[-1], self.a.shape[-1]
         self.MR, self.NR = tile_shape(m.dtype, target.vector_bytes, self.N)
         self.KB = -(-self.K // KC)
+        self.flops = 2 * self.BT * self.M * self.N * self.K
         #: rows of a packed panel: KC, or K when one block holds it (a shorter panel
         #: keeps the packed operand dense: K = 32 in a KC = 512 layout touched 1/16 of it)
         self.PK = KC if self.KB > 1 else self.K
         self.MP, self.NP = -(-self.M // self.MR), -(-self.N // self.NR)
-        per_thread = -(-self.MP // max(1, 2 * target.threads))  # at least two blocks per thread
-        self.MCP = max(1, min(MC_PANELS, per_thread))
-        self.IB = -(-self.MP // self.MCP)
+        # row blocks of at most MC_PANELS panels, a multiple of the thread count and of
+        # about equal size: threads take equal runs of blocks (a static split), and
+        # 98 panels in blocks of 12 had given one thread 60 and the other 38
+        threads = max(1, target.threads)
+        self.IB = threads * -(-self.MP // (threads * MC_PANELS))
+        self.MCP = -(-self.MP // self.IB)
         # A is read one element per row and step (any layout will do; rows past M are
         # clamped, their results dropped); B a SIMD vector per step, so it must be
         # contiguous along j and N whole panels
@@ -108,7 +112,7 @@ class Tiling:
         """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
         fused computation, which every panel would repeat), no mask, small enough
         to stay in cache, and (for B) contiguous along its columns."""
-        if math.prod(operand.shape) > DIRECT_LIMIT["a" if rows_first else "b"]:
+        if math.prod(operand.shape[-2:]) > DIRECT_LIMIT["a" if rows_first else "b"]:  # one matrix of a stack
             return False
         i, k = K.Var("probe_i"), K.Var("probe_k")
         value = self.make().gen(operand, self.batch_index(K.Const(0)) + ((i, k) if rows_first else (k, i)))
@@ -120,42 +124,61 @@ class Tiling:
         return unravel(bt, self.batch)
 
     def pack(self, operand, slot, panels, width, rows_first: bool) -> K.Kernel:
-        """packed[q][kk][w] = operand at (row or col = panel * width + w, k = pc * KC + kk).
+        """packed[bt][pc][p][kk][w] = operand at (row or col = p * width + w, k = pc * KC + kk).
         Whole panels copy without checks, a SIMD vector of w at a time (a gather when
-        the source is strided along w); panels on the ragged edge check and pad."""
+        the source is strided along w); panels on the ragged edge check and pad.
+        A's panels are split across threads as the macro-kernel splits its row blocks,
+        so each thread packs the panels it multiplies: a panel packed on one core and
+        read on another crosses between their caches (784x128x256 ran 1.6x slower)."""
         low = self.make()
         dtype = self.m.dtype
         out = low.buffer(slot, dtype, "out")
-        q, kk, w = K.Var("q"), K.Var("kk"), K.Var("w")
-        per_batch = self.KB * panels
-        bt = K.idiv(q, per_batch) if self.BT > 1 else K.Const(0)
-        pc = K.imod(K.idiv(q, panels), self.KB)
-        p = K.imod(q, panels) if self.BT * self.KB > 1 else q
-        outer = K.affine([(p, width), (w, 1)])        # row (A) or column (B)
-        k = K.affine([(pc, KC), (kk, 1)])
+        kk, w = K.Var("kk"), K.Var("w")
         limit = self.M if rows_first else self.N
-        at = K.affine([(q, self.PK * width), (kk, width), (w, 1)])
 
-        def operand_at(o, kx):
-            return low.gen(operand, self.batch_index(bt) + ((o, kx) if rows_first else (kx, o)))
+        def panel(bt, pc, p) -> list:
+            outer = K.affine([(p, width), (w, 1)])        # row (A) or column (B)
+            k = K.affine([(pc, KC), (kk, 1)])
+            base = K.affine([(bt, self.KB * panels), (pc, panels), (p, 1)])
+            at = K.affine([(base, self.PK * width), (kk, width), (w, 1)])
 
-        plain = K.Store(out, at, operand_at(outer, k))
-        valid = K.Binary("lt", outer, K.Const(limit), "bool")
-        clamped = operand_at(K.Binary("min", outer, K.Const(limit - 1), K.INDEX), k)
-        checked = K.Store(out, at, K.Where(valid, clamped, K.Const(0, dtype), dtype))
-        depth = K.Var("kc")  # rows of this K block; the macro-kernel reads no further
-        fast = [K.Loop("kk", depth, [K.Loop("w", width, [plain], "vector")])]  # gathers if w is strided
-        slow = [K.Loop("kk", depth, [K.Loop("w", width, [checked])])]
-        whole = K.Binary("le", K.affine([(p, width)], width), K.Const(limit), "bool")
-        body = [K.Let("kc", K.Const(min(KC, self.K)) if self.KB == 1 else
-                      K.Binary("min", K.Const(KC), K.affine([(pc, -KC)], self.K), K.INDEX))]
-        if limit % width == 0:  # every panel is whole
-            body += fast
-        else:
-            body += [K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
-        total = self.BT * per_batch
+            def operand_at(o):
+                return low.gen(operand, self.batch_index(bt) + ((o, k) if rows_first else (k, o)))
+
+            plain = K.Store(out, at, operand_at(outer))
+            valid = K.Binary("lt", outer, K.Const(limit), "bool")
+            clamped = operand_at(K.Binary("min", outer, K.Const(limit - 1), K.INDEX))
+            checked = K.Store(out, at, K.Where(valid, clamped, K.Const(0, dtype), dtype))
+            depth = K.Var("kc")  # rows of this K block; the macro-kernel reads no further
+            fast = [K.Loop("kk", depth, [K.Loop("w", width, [plain], "vector")])]  # gathers if w is strided
+            slow = [K.Loop("kk", depth, [K.Loop("w", width, [checked])])]
+            whole = K.Binary("le", K.affine([(p, width)], width), K.Const(limit), "bool")
+            body = [K.Let("kc", self.block_depth(pc))]
+            if limit % width == 0:  # every panel is whole
+                return body + fast
+            return body + [K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
+
+        q = K.Var("q")
+        if rows_first:  # the macro-kernel's parallel loop: row blocks of MCP panels
+            total = self.BT * self.IB
+            bt = K.idiv(q, self.IB) if self.BT > 1 else K.Const(0)
+            p, pc = K.Var("p"), K.Var("pc")
+            body = [K.Loop("ipo", self.MCP, [
+                K.Let("p", K.affine([(K.imod(q, self.IB), self.MCP), (K.Var("ipo"), 1)])),
+                K.If(K.Binary("lt", p, K.Const(self.MP), "bool"), [K.Loop("pc", self.KB, panel(bt, pc, p))])])]
+        else:  # every thread reads all of B: any split will do
+            total = self.BT * self.KB * panels
+            bt = K.idiv(q, self.KB * panels) if self.BT > 1 else K.Const(0)
+            pc = K.imod(K.idiv(q, panels), self.KB)
+            body = panel(bt, pc, K.imod(q, panels) if self.BT * self.KB > 1 else q)
         name = ("PA_" if rows_first else "PB_") + "_".join(map(str, operand.shape))
-        return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=total * self.PK * width, name=name)
+        return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=self.BT * self.KB * panels
+                          * self.PK * width, name=name, thread_work=self.flops)
+
+    def block_depth(self, pc):
+        """Rows of K block `pc`: KC, or what is left in the last block."""
+        return K.Const(min(KC, self.K)) if self.KB == 1 else \
+            K.Binary("min", K.Const(KC), K.affine([(pc, -KC)], self.K), K.INDEX)
 
     def macro(self) -> K.Kernel:
         low = self.make()
@@ -194,14 +217,13 @@ class Tiling:
                 k_loop, spill] + self.write_back(low, out, bt, ip, jp, pc)
         body = [K.LocalArray("tile", dtype, MR * NR),
                 K.Loop("pc", self.KB, [
-                    K.Let("kc", K.Const(min(KC, self.K)) if self.KB == 1 else
-                          K.Binary("min", K.Const(KC), K.affine([(pc, -KC)], self.K), K.INDEX)),
+                    K.Let("kc", self.block_depth(pc)),
                     K.Loop("jp", self.NP, [K.Loop("ipo", self.MCP, [
                         K.Let("ip", K.affine([(ib, self.MCP), (ipo, 1)])),
                         K.If(K.Binary("lt", ip, K.Const(self.MP), "bool"), tile)])])])]
         total = self.BT * self.IB
-        flops = 2 * self.BT * self.M * self.N * self.K
-        return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=flops)
+        return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=self.flops,
+                          thread_work=self.flops)
 
     def write_back(self, low: Lowering, out, bt, ip, jp, pc) -> list:
         """C (+)= tile, with the epilogue applied after the last K block.  Whole

@@ -63,7 +63,7 @@ class CompiledSchedule(ScheduleRunner):
                        + self.param_matrix.nbytes)
         #: threads each kernel runs on (0: called directly on this thread)
         self.threaded = [threads if threads > 1 and k.omp_address and c.kernel.parallel is not None and
-                         c.kernel.parallel[1] > 1 and c.kernel.work >= _min_work(c.kernel) * 2 else 0
+                         c.kernel.parallel[1] > 1 and _worth_threads(c.kernel) else 0
                          for c, k in zip(schedule.calls, self.kernels)]
         t = self.tables  # each kernel's argument pointers into the schedule's own tables
         self.launches = [(k, t.table_ptr + i * t.table_row, t.params_ptr + i * t.params_row, total, threaded, i)
@@ -209,8 +209,11 @@ def _host_array(shape: tuple, strides: tuple, dtype: str, device, buffer) -> NDA
     return array
 
 
-def _min_work(kernel) -> int:
-    return MIN_FLOPS_PER_THREAD if kernel.name.startswith("M_") else MIN_WORK_PER_THREAD
+def _worth_threads(kernel) -> bool:
+    """Whether each of two or more threads gets enough work to pay for waking them."""
+    if kernel.thread_work:  # a matmul's kernels, by its flops
+        return kernel.thread_work >= 2 * MIN_FLOPS_PER_THREAD
+    return kernel.work >= 2 * MIN_WORK_PER_THREAD
 
 
 class _Args:

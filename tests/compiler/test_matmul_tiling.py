@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle import ops
+from needle import config, ops
 from needle.compiler import matmul_tiling
 from needle.compiler.schedule import plan
 from needle.engine.schedule_cache import cpu_target
@@ -27,8 +27,13 @@ def test_batched_small_matmuls_are_tiled_and_exact(a_shape, b_shape):
     a, b = tensor(*a_shape), tensor(*b_shape)
     y = ops.relu(a @ b) * 2.0  # with a fused epilogue
     schedule, _ = plan(output_nodes([y]), cpu_target())
-    names = [c.kernel.name for c in schedule.calls]
-    assert any(n.startswith("M_") for n in names) and any(n.startswith("P") for n in names), names
+    macro = [c.kernel for c in schedule.calls if c.kernel.name.startswith("M_")]
+    assert len(macro) == 1 and "register acc" in macro[0].text()  # the register-tiled macro-kernel
+    # each matrix of the stack is small enough to read in place (DIRECT_LIMIT), so nothing
+    # is packed: the same panels, without a packing kernel's launch and copy
+    _, nr = matmul_tiling.tile_shape("float32", cpu_target().vector_bytes, b_shape[-1])
+    packed = [c.kernel.name[:2] for c in schedule.calls if c.kernel.name.startswith("P")]
+    assert packed == ["PB"] * (b_shape[-1] % nr != 0)  # B in place needs whole column tiles
     want = np.maximum(np.matmul(a.numpy().astype(np.float64), b.numpy()), 0) * 2
     # a float32 dot product of K terms is off by at most K eps sum|a||b|, and one more
     # rounding to store it; the epilogue's x2 doubles value and error alike
@@ -39,13 +44,35 @@ def test_batched_small_matmuls_are_tiled_and_exact(a_shape, b_shape):
 
 def test_packed_panels_are_as_deep_as_k():
     """A packed operand holds BT * MP * K * MR elements when K fits one block."""
-    a, b = tensor(8, 100, 24), tensor(8, 24, 64)
+    a, b = tensor(2, 200, 100), tensor(2, 100, 64)  # A: 20,000 elements a matrix, packed
     schedule, _ = plan(output_nodes([a @ b]), cpu_target())
     mr, nr = matmul_tiling.tile_shape("float32", cpu_target().vector_bytes)
     pack_a = next(c for c in schedule.calls if c.kernel.name.startswith("PA_"))
-    rows = 8 * math.ceil(100 / mr)
-    assert pack_a.kernel.parallel[1] == rows
-    assert pack_a.kernel.work == rows * 24 * mr
+    rows = 2 * math.ceil(200 / mr)
+    assert pack_a.kernel.work == rows * 100 * mr
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_threads_pack_the_a_panels_they_multiply(threads, monkeypatch):
+    """A's packing kernel splits like the macro-kernel (the same parallel loop over row
+    blocks, a multiple of the thread count), both split by the matmul's flops, and the
+    row blocks differ by at most one panel; values against numpy."""
+    monkeypatch.setattr(config, "THREADS", threads)  # the realize below runs on as many
+    target = cpu_target()
+    assert target.threads == threads
+    a, b = tensor(3, 98 * 8 - 5, 40), tensor(3, 40, 64)
+    y = a @ b
+    schedule, _ = plan(output_nodes([y]), target)
+    pack_a = next(c.kernel for c in schedule.calls if c.kernel.name.startswith("PA_"))
+    macro = next(c.kernel for c in schedule.calls if c.kernel.name.startswith("M_"))
+    assert pack_a.parallel[1] == macro.parallel[1] and (macro.parallel[1] // 3) % threads == 0
+    assert pack_a.thread_work == macro.thread_work == 2 * 3 * (98 * 8 - 5) * 40 * 64
+    blocks = macro.parallel[1] // 3
+    mr, _ = matmul_tiling.tile_shape("float32", target.vector_bytes)
+    panels = math.ceil((98 * 8 - 5) / mr)
+    assert blocks * math.ceil(panels / blocks) - panels < blocks  # no block is all padding
+    want = np.matmul(a.numpy().astype(np.float64), b.numpy().astype(np.float64))
+    assert np.allclose(y.numpy(), want, rtol=0, atol=2 * 41 * np.finfo(np.float32).eps * np.abs(want).max())
 
 
 @pytest.mark.parametrize("vector_bytes", [64, 32])
