@@ -8,8 +8,10 @@ torch.set_num_threads, XLA's intra-op threads); torch and jax columns appear whe
 those packages are installed.  Every figure is the median of repeats after a
 warm-up that compiles; with --passes N the implementations run N times in turn
 and the table shows the median of the N medians, so a noisy neighbour hurts
-all columns alike.  The ratio column is needle (lazy fused) over the best peer
-of that row (numpy, torch, torch.compile, jax): > 1 means needle is slower.
+all columns alike.  The ratio columns are needle over the best peer of that row
+(numpy, torch, torch.compile, jax): lazy (every op's Python run each iteration),
+and jit (the iteration captured by needle.jit and replayed, as torch.compile and
+jax.jit replay theirs); > 1 means needle is slower.
 
 Anchors: the machine's copy bandwidth (np.copyto), numpy's GEMM GFLOP/s with
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset and as inherited (OpenBLAS runs about
@@ -36,9 +38,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_workloads as W  # noqa: E402
 
 PEERS = ("numpy", "torch", "torch.compile", "jax")
-COLUMNS = ("numpy", "needle-eager", "needle", "torch", "torch.compile", "jax")
-HEADINGS = {"numpy": "numpy", "needle-eager": "ndl eager", "needle": "ndl lazy", "torch": "torch",
-            "torch.compile": "t.compile", "jax": "jax.jit"}
+COLUMNS = ("numpy", "needle-eager", "needle", "needle-jit", "torch", "torch.compile", "jax")
+HEADINGS = {"numpy": "numpy", "needle-eager": "ndl eager", "needle": "ndl lazy", "needle-jit": "ndl jit",
+            "torch": "torch", "torch.compile": "t.compile", "jax": "jax.jit"}
 
 
 #: the clock of each measurement: wall time, or the process's CPU time (with --threads 1, a
@@ -75,7 +77,7 @@ def worker(impl: str, names, repeats: int, threads: int, clock: str = "wall") ->
 
 
 def available(impl: str) -> bool:
-    module = {"torch.compile": "torch", "needle-eager": "needle"}.get(impl, impl)
+    module = {"torch.compile": "torch", "needle-eager": "needle", "needle-jit": "needle"}.get(impl, impl)
     return importlib.util.find_spec(module) is not None
 
 
@@ -180,7 +182,8 @@ def fmt(t) -> str:
 
 
 def table(names, medians: dict, impls, bw: float) -> dict:
-    print(f"{'workload':<27}" + "".join(f"{HEADINGS[i]:>11}" for i in impls) + f"{'best peer':>15}{'ratio':>8}")
+    print(f"{'workload':<27}" + "".join(f"{HEADINGS[i]:>11}" for i in impls)
+          + f"{'best peer':>15}{'lazy/peer':>10}{'jit/peer':>9}")
     rows = {}
     for name in names:
         cells = {i: medians[i].get(name) for i in impls}
@@ -188,14 +191,17 @@ def table(names, medians: dict, impls, bw: float) -> dict:
         best = min(peers, key=peers.get) if peers else None
         ours = cells.get("needle")
         ratio = ours / peers[best] if best and isinstance(ours, float) else None
+        jitted = cells.get("needle-jit")
+        jit_ratio = jitted / peers[best] if best and isinstance(jitted, float) else None
         extra = ""
         if isinstance(ours, float) and W.WORKLOADS[name][0] in ("sum_rows", "sum_cols", "softmax", "logsoftmax",
                                                                  "layernorm", "cross-entropy", "chain"):
             rate = W.bytes_touched(name) / ours
             extra = f"  needle reads {rate / 1e9:.1f} GB/s ({rate / bw:.0%} of copy)"
         print(f"{name:<27}" + "".join(f"{fmt(cells[i]):>11}" for i in impls)
-              + f"{best or '—':>15}{(f'{ratio:.2f}x' if ratio else '—'):>8}{extra}")
-        rows[name] = dict(cells, best_peer=best, ratio=ratio)
+              + f"{best or '—':>15}{(f'{ratio:.2f}x' if ratio else '—'):>10}"
+              + f"{(f'{jit_ratio:.2f}x' if jit_ratio else '—'):>9}{extra}")
+        rows[name] = dict(cells, best_peer=best, ratio=ratio, jit_ratio=jit_ratio)
     errors = {(i, n): t for i in impls for n, t in medians[i].items() if isinstance(t, str)}
     for (i, n), e in errors.items():
         print(f"  {i} / {n}: {e}")

@@ -3,7 +3,8 @@
 `build(impl, name, arrays)` returns a zero-argument callable that runs one
 iteration of workload `name` to completion (results realized / blocked on) on
 the float32 numpy `arrays` from `inputs(name)`.  Implementations: numpy, needle
-(lazy fused), needle-eager (eager compiled kernels), torch (eager),
+(lazy fused), needle-eager (eager compiled kernels), needle-jit (lazy, captured
+by needle.jit and replayed), torch (eager),
 torch.compile, jax (jax.jit).  Each is imported only when asked for, so one
 process measures one implementation.
 """
@@ -39,7 +40,7 @@ WORKLOADS = {
 }
 QUICK = ("cross-entropy 4096x1024", "row softmax 4096x1024", "sum over rows 4096^2", "matmul 256",
          "elementwise chain 2^14", "elementwise chain 2^20", "MLP step 784-256-10 b128")
-IMPLEMENTATIONS = ("numpy", "needle-eager", "needle", "torch", "torch.compile", "jax")
+IMPLEMENTATIONS = ("numpy", "needle-eager", "needle", "needle-jit", "torch", "torch.compile", "jax")
 
 
 def inputs(name: str, seed: int = 0) -> dict:
@@ -62,8 +63,8 @@ def bytes_touched(name: str) -> int:
 
 
 def build(impl: str, name: str, arrays: dict):
-    builder = {"numpy": _numpy, "needle": _needle, "needle-eager": _needle, "torch": _torch,
-               "torch.compile": _torch, "jax": _jax}[impl]
+    builder = {"numpy": _numpy, "needle": _needle, "needle-eager": _needle, "needle-jit": _needle,
+               "torch": _torch, "torch.compile": _torch, "jax": _jax}[impl]
     return builder(impl, WORKLOADS[name][0], arrays)
 
 
@@ -107,26 +108,31 @@ def _numpy(impl, family, a):
 def _needle(impl, family, a):
     import needle as ndl
     from needle import nn, ops
-    lazy = impl == "needle"
+    lazy = impl != "needle-eager"
+    # needle-jit: the iteration captured once by needle.jit and replayed (as torch.compile
+    # and jax.jit compile theirs); needle: lazy, the Python of every op run each time
+    wrap = ndl.jit if impl == "needle-jit" else (lambda f: f)
     if family == "mlp":
         from needle.cli.workloads import MLPStep
         with ndl.lazy(lazy):
-            step = MLPStep(ndl.cpu())
+            workload = MLPStep(ndl.cpu())
+        step = wrap(workload.step)
 
         def run():
             with ndl.lazy(lazy):
-                ndl.realize(*step.step())
+                ndl.realize(*step())
         return run
     with ndl.lazy(lazy):
         t = {k: ndl.Tensor(v, device=ndl.cpu(), requires_grad=False) for k, v in a.items() if k != "labels"}
-        labels = a.get("labels")
+        if "labels" in a:
+            t["labels"] = ndl.Tensor(a["labels"], device=ndl.cpu())
         layernorm = nn.LayerNorm1d(a["x"].shape[1], device=ndl.cpu()) if family == "layernorm" else None
 
     def softmax(x):
         e = ops.exp(x - ops.broadcast_to(x.max((1,), keepdims=True), x.shape))
         return e / ops.broadcast_to(e.sum((1,), keepdims=True), x.shape)
     fns = {
-        "cross-entropy": lambda: nn.SoftmaxLoss()(t["logits"], ndl.Tensor(labels, device=ndl.cpu())),
+        "cross-entropy": lambda: nn.SoftmaxLoss()(t["logits"], t["labels"]),
         "softmax": lambda: softmax(t["x"]),
         "logsoftmax": lambda: ops.logsoftmax(t["x"], axis=1),
         "layernorm": lambda: layernorm(t["x"]),
@@ -139,7 +145,7 @@ def _needle(impl, family, a):
         "log": lambda: ops.log(t["p"]),
         "pow": lambda: ops.power(t["p"], t["y"]),
     }
-    fn = fns[family]
+    fn = wrap(fns[family])
 
     def run():
         with ndl.lazy(lazy):
