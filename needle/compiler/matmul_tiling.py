@@ -1,12 +1,14 @@
-"""Pass 3 — matmul tiling: a matmul group becomes packing kernels and a tiled,
-register-blocked macro-kernel (the BLIS loop nest).
+"""Pass 3 — matmul tiling: a matmul group becomes a packing kernel for B and a
+tiled, register-blocked macro-kernel (the BLIS loop nest).
 
     C[b, i, j] = epilogue(sum_k A[b, i, k] * B[b, k, j])
 
-1. pack A into panels of MR rows:    Ap[b][pc][ip][kk][MR]   (zero padded)
-2. pack B into panels of NR columns: Bp[b][pc][jp][kk][NR]   (zero padded)
-   The packing kernels evaluate the operands' expressions (views, transposes,
-   fused elementwise producers), so the macro-kernel reads two dense streams.
+1. pack B into panels of NR columns: Bp[b][pc][jp][kk][NR]   (zero padded)
+2. pack A into panels of MR rows:    Ap[b][pc][ip][kk][MR]   (zero padded), in the
+   macro-kernel, each row block's panels by the thread that multiplies them,
+   at the start of each K block.
+   Packing evaluates the operands' expressions (views, transposes, fused
+   elementwise producers), so the multiply loops read two dense streams.
 3. macro-kernel: threads split the row blocks (MC rows); for each K block (KC),
    each B panel, each A panel of the block, an MR x NR tile accumulates in
    registers — MR unrolled rows times NR columns as SIMD vectors of the host's
@@ -87,8 +89,8 @@ class Tiling:
         # contiguous along j and N whole panels
         self.direct_a = self.direct(self.a, rows_first=True)
         self.direct_b = self.N % self.NR == 0 and self.direct(self.b, rows_first=False)
-        self.ap, self.pack_a = (None, False) if self.direct_a else self.packed_slot(packed, new_scratch, True)
-        self.bp, self.pack_b = (None, False) if self.direct_b else self.packed_slot(packed, new_scratch, False)
+        self.ap, self.packs_a = (None, False) if self.direct_a else self.packed_slot(packed, new_scratch, True)
+        self.bp, self.packs_b = (None, False) if self.direct_b else self.packed_slot(packed, new_scratch, False)
 
     def packed_slot(self, packed: dict, new_scratch, rows_first: bool) -> tuple:
         """(scratch slot, whether this matmul packs into it): an operand is packed once
@@ -103,10 +105,9 @@ class Tiling:
         return packed[key], True
 
     def kernels(self) -> list:
-        packs = [self.pack(self.a, self.ap, self.MP, self.MR, rows_first=True)] if self.pack_a else []
-        if self.pack_b:
-            packs.append(self.pack(self.b, self.bp, self.NP, self.NR, rows_first=False))
-        return packs + [self.macro()]
+        """B's packing kernel (when B is packed here), then the macro-kernel, which packs
+        A's panels itself (`pack_a_block`)."""
+        return ([self.pack_b()] if self.packs_b else []) + [self.macro()]
 
     def direct(self, operand, rows_first: bool) -> bool:
         """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
@@ -123,57 +124,58 @@ class Tiling:
         """bt (flat batch number) as one index per batch dim."""
         return unravel(bt, self.batch)
 
-    def pack(self, operand, slot, panels, width, rows_first: bool) -> K.Kernel:
-        """packed[bt][pc][p][kk][w] = operand at (row or col = p * width + w, k = pc * KC + kk).
-        Whole panels copy without checks, a SIMD vector of w at a time (a gather when
-        the source is strided along w); panels on the ragged edge check and pad.
-        A's panels are split across threads as the macro-kernel splits its row blocks,
-        so each thread packs the panels it multiplies: a panel packed on one core and
-        read on another crosses between their caches (784x128x256 ran 1.6x slower)."""
-        low = self.make()
+    def panel(self, low: Lowering, operand, out: str, rows_first: bool, bt, pc, p) -> list:
+        """Statements that pack panel `p` of K block `pc` (batch `bt`) of `operand` into
+        `out`: packed[bt][pc][p][kk][w] = operand at (row or column p * width + w,
+        k = pc * KC + kk), for the `kc` rows of the block (bound by the caller).  Whole
+        panels copy without checks, a SIMD vector of w at a time (a gather when the
+        source is strided along w); panels on the ragged edge check and pad."""
         dtype = self.m.dtype
-        out = low.buffer(slot, dtype, "out")
+        width, panels, limit = (self.MR, self.MP, self.M) if rows_first else (self.NR, self.NP, self.N)
         kk, w = K.Var("kk"), K.Var("w")
-        limit = self.M if rows_first else self.N
+        outer = K.affine([(p, width), (w, 1)])        # row (A) or column (B)
+        k = K.affine([(pc, KC), (kk, 1)])
+        base = K.affine([(bt, self.KB * panels), (pc, panels), (p, 1)])
+        at = K.affine([(base, self.PK * width), (kk, width), (w, 1)])
 
-        def panel(bt, pc, p) -> list:
-            outer = K.affine([(p, width), (w, 1)])        # row (A) or column (B)
-            k = K.affine([(pc, KC), (kk, 1)])
-            base = K.affine([(bt, self.KB * panels), (pc, panels), (p, 1)])
-            at = K.affine([(base, self.PK * width), (kk, width), (w, 1)])
+        def operand_at(o):
+            return low.gen(operand, self.batch_index(bt) + ((o, k) if rows_first else (k, o)))
 
-            def operand_at(o):
-                return low.gen(operand, self.batch_index(bt) + ((o, k) if rows_first else (k, o)))
+        plain = K.Store(out, at, operand_at(outer))
+        valid = K.Binary("lt", outer, K.Const(limit), "bool")
+        clamped = operand_at(K.Binary("min", outer, K.Const(limit - 1), K.INDEX))
+        checked = K.Store(out, at, K.Where(valid, clamped, K.Const(0, dtype), dtype))
+        depth = K.Var("kc")  # rows of this K block; the macro-kernel reads no further
+        fast = [K.Loop("kk", depth, [K.Loop("w", width, [plain], "vector")])]  # gathers if w is strided
+        if limit % width == 0:  # every panel is whole
+            return fast
+        slow = [K.Loop("kk", depth, [K.Loop("w", width, [checked])])]
+        whole = K.Binary("le", K.affine([(p, width)], width), K.Const(limit), "bool")
+        return [K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
 
-            plain = K.Store(out, at, operand_at(outer))
-            valid = K.Binary("lt", outer, K.Const(limit), "bool")
-            clamped = operand_at(K.Binary("min", outer, K.Const(limit - 1), K.INDEX))
-            checked = K.Store(out, at, K.Where(valid, clamped, K.Const(0, dtype), dtype))
-            depth = K.Var("kc")  # rows of this K block; the macro-kernel reads no further
-            fast = [K.Loop("kk", depth, [K.Loop("w", width, [plain], "vector")])]  # gathers if w is strided
-            slow = [K.Loop("kk", depth, [K.Loop("w", width, [checked])])]
-            whole = K.Binary("le", K.affine([(p, width)], width), K.Const(limit), "bool")
-            body = [K.Let("kc", self.block_depth(pc))]
-            if limit % width == 0:  # every panel is whole
-                return body + fast
-            return body + [K.If(whole, fast), K.If(K.Unary("not", whole, "bool"), slow)]
+    def pack_b(self) -> K.Kernel:
+        """The kernel that packs B: every thread of the macro-kernel reads all of it,
+        so it is packed before, split across the same threads."""
+        low = self.make()
+        out = low.buffer(self.bp, self.m.dtype, "out")
+        q, panels = K.Var("q"), self.NP
+        total = self.BT * self.KB * panels
+        bt = K.idiv(q, self.KB * panels) if self.BT > 1 else K.Const(0)
+        pc = K.imod(K.idiv(q, panels), self.KB)
+        p = K.imod(q, panels) if self.BT * self.KB > 1 else q
+        body = [K.Let("kc", self.block_depth(pc))] + self.panel(low, self.b, out, False, bt, pc, p)
+        return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=total * self.PK * self.NR,
+                          name="PB_" + "_".join(map(str, self.b.shape)), thread_work=self.flops)
 
-        q = K.Var("q")
-        if rows_first:  # the macro-kernel's parallel loop: row blocks of MCP panels
-            total = self.BT * self.IB
-            bt = K.idiv(q, self.IB) if self.BT > 1 else K.Const(0)
-            p, pc = K.Var("p"), K.Var("pc")
-            body = [K.Loop("ipo", self.MCP, [
-                K.Let("p", K.affine([(K.imod(q, self.IB), self.MCP), (K.Var("ipo"), 1)])),
-                K.If(K.Binary("lt", p, K.Const(self.MP), "bool"), [K.Loop("pc", self.KB, panel(bt, pc, p))])])]
-        else:  # every thread reads all of B: any split will do
-            total = self.BT * self.KB * panels
-            bt = K.idiv(q, self.KB * panels) if self.BT > 1 else K.Const(0)
-            pc = K.imod(K.idiv(q, panels), self.KB)
-            body = panel(bt, pc, K.imod(q, panels) if self.BT * self.KB > 1 else q)
-        name = ("PA_" if rows_first else "PB_") + "_".join(map(str, operand.shape))
-        return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=self.BT * self.KB * panels
-                          * self.PK * width, name=name, thread_work=self.flops)
+    def pack_a_block(self, low: Lowering, out: str, bt, ib, pc) -> list:
+        """In the macro-kernel, before K block `pc` of row block `ib`: pack the block's
+        A panels.  The thread that multiplies them packs them, and they are still in
+        its cache when it does (a panel packed on one core and read on another crossed
+        between their caches: 784x128x256 ran 1.6x slower), without a kernel launch."""
+        p = K.Var("p")
+        return [K.Loop("ipo", self.MCP, [
+            K.Let("p", K.affine([(ib, self.MCP), (K.Var("ipo"), 1)])),
+            K.If(K.Binary("lt", p, K.Const(self.MP), "bool"), self.panel(low, self.a, out, True, bt, pc, p))])]
 
     def block_depth(self, pc):
         """Rows of K block `pc`: KC, or what is left in the last block."""
@@ -183,7 +185,9 @@ class Tiling:
     def macro(self) -> K.Kernel:
         low = self.make()
         dtype, MR, NR, PK = self.m.dtype, self.MR, self.NR, self.PK
-        ap = None if self.direct_a else low.buffer(self.ap, dtype, "in")
+        # A packed here is stored and read through one name: two pointers to one buffer
+        # would be declared not to alias
+        ap = None if self.direct_a else low.buffer(self.ap, dtype, "out" if self.packs_a else "in")
         bp = None if self.direct_b else low.buffer(self.bp, dtype, "in")
         out = low.buffer(low.slot_of(low.group.root), low.group.root.dtype, "out")
         q, pc, jp, ipo = K.Var("q"), K.Var("pc"), K.Var("jp"), K.Var("ipo")
@@ -218,6 +222,7 @@ class Tiling:
         body = [K.LocalArray("tile", dtype, MR * NR),
                 K.Loop("pc", self.KB, [
                     K.Let("kc", self.block_depth(pc)),
+                    *(self.pack_a_block(low, ap, bt, ib, pc) if self.packs_a else []),
                     K.Loop("jp", self.NP, [K.Loop("ipo", self.MCP, [
                         K.Let("ip", K.affine([(ib, self.MCP), (ipo, 1)])),
                         K.If(K.Binary("lt", ip, K.Const(self.MP), "bool"), tile)])])])]

@@ -3,7 +3,7 @@
 A compiled schedule is cached by graph structure, so the profiler re-runs the
 passes once per schedule it meets (`plan`, outside the timed region) to learn the
 nodes of each fused group, and pairs the schedule's calls with the groups: a group
-ends with the call that bears its name (a CPU matmul's packing kernels `PA_`/`PB_`
+ends with the call that bears its name (a CPU matmul's packing kernel `PB_`
 and the first half of a CUDA split reduction come before it).  The fused nodes keep
 their `origin`, so each call gets the frontend ops it fused and, for graphs built
 while profiling, the user's lines.  Bytes are the sizes of the buffers a call

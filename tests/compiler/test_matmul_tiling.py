@@ -42,31 +42,40 @@ def test_batched_small_matmuls_are_tiled_and_exact(a_shape, b_shape):
     assert np.all(np.abs(y.numpy() - want) <= bound)
 
 
+def packs_a(macro) -> bool:
+    """Whether a macro-kernel packs A itself: it stores into a second buffer besides C."""
+    return sum(b.role == "out" for b in macro.bufs) == 2
+
+
 def test_packed_panels_are_as_deep_as_k():
     """A packed operand holds BT * MP * K * MR elements when K fits one block."""
     a, b = tensor(2, 200, 100), tensor(2, 100, 64)  # A: 20,000 elements a matrix, packed
     schedule, _ = plan(output_nodes([a @ b]), cpu_target())
     mr, nr = matmul_tiling.tile_shape("float32", cpu_target().vector_bytes)
-    pack_a = next(c for c in schedule.calls if c.kernel.name.startswith("PA_"))
+    macro = next(c for c in schedule.calls if c.kernel.name.startswith("M_"))
+    assert packs_a(macro.kernel)
+    packed = macro.slots[[b.role for b in macro.kernel.bufs].index("out")]  # the first out: packed A
     rows = 2 * math.ceil(200 / mr)
-    assert pack_a.kernel.work == rows * 100 * mr
+    assert schedule.temp_bytes[schedule.slot_kinds[packed][1]] >= rows * 100 * mr * 4
+    assert a.numpy().size * 4 <= rows * 100 * mr * 4 < 2 * a.numpy().size * 4  # not KC deep
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_threads_pack_the_a_panels_they_multiply(threads, monkeypatch):
-    """A's packing kernel splits like the macro-kernel (the same parallel loop over row
-    blocks, a multiple of the thread count), both split by the matmul's flops, and the
-    row blocks differ by at most one panel; values against numpy."""
+    """The macro-kernel packs A itself, each row block's panels by the thread that
+    multiplies them; B's packing kernel splits across threads with it (both by the
+    matmul's flops); the row blocks are a multiple of the thread count and differ by
+    at most one panel; values against numpy."""
     monkeypatch.setattr(config, "THREADS", threads)  # the realize below runs on as many
     target = cpu_target()
     assert target.threads == threads
-    a, b = tensor(3, 98 * 8 - 5, 40), tensor(3, 40, 64)
+    a, b = tensor(3, 98 * 8 - 5, 40), tensor(3, 40, 70)  # 70 columns: B is packed
     y = a @ b
     schedule, _ = plan(output_nodes([y]), target)
-    pack_a = next(c.kernel for c in schedule.calls if c.kernel.name.startswith("PA_"))
-    macro = next(c.kernel for c in schedule.calls if c.kernel.name.startswith("M_"))
-    assert pack_a.parallel[1] == macro.parallel[1] and (macro.parallel[1] // 3) % threads == 0
-    assert pack_a.thread_work == macro.thread_work == 2 * 3 * (98 * 8 - 5) * 40 * 64
+    assert [c.kernel.name[:2] for c in schedule.calls] == ["PB", "M_"]
+    pack_b, macro = (c.kernel for c in schedule.calls)
+    assert packs_a(macro) and (macro.parallel[1] // 3) % threads == 0
+    assert pack_b.thread_work == macro.thread_work == 2 * 3 * (98 * 8 - 5) * 40 * 70
     blocks = macro.parallel[1] // 3
     mr, _ = matmul_tiling.tile_shape("float32", target.vector_bytes)
     panels = math.ceil((98 * 8 - 5) / mr)
