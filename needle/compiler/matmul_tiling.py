@@ -32,8 +32,8 @@ KC = 512        # K block: a B panel (KC x NR) is reused from L1/L2 by every A p
 MC_PANELS = 12  # A panels per row block (MC = 12 * MR rows, an A block of ~200 KB in L2)
 SMALL = 48 ** 3  # below this many multiply-adds (all batches) the plain loop nest wins
 #: an operand read straight from its buffer (a parameter, an activation) of at most this many
-#: elements per matrix is not packed: it stays in cache across panels, and packing it would cost a kernel
-#: launch and a copy on every call.  A is read as MR row streams, B as rows of panels: past
+#: elements per matrix (of a stack: attention's heads) is not packed: it stays in cache across
+#: panels, and packing it would cost a copy on every call.  A is read as MR row streams, B as rows of panels: past
 #: these sizes the packed layout's locality wins (measured: 512^3 and 784x128x256 with a
 #: transposed A ran 15-35% slower unpacked)
 DIRECT_LIMIT = {"a": 1 << 14, "b": 1 << 17}
