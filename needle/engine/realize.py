@@ -76,7 +76,7 @@ def realize_nodes(nodes) -> None:
     nodes = list(nodes)
     if len(nodes) == 1 and not _later.refs:  # `x.numpy()` with nothing queued: the common case
         node = nodes[0]
-        if node.op != "buffer":
+        if node.realized is None:
             _realize_on(node.device, nodes)
         return
     wanted, seen = [], set()
