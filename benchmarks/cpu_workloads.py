@@ -113,10 +113,22 @@ def _needle(impl, family, a):
     # and jax.jit compile theirs); needle: lazy, the Python of every op run each time
     wrap = ndl.jit if impl == "needle-jit" else (lambda f: f)
     if family == "mlp":
-        from needle.cli.workloads import MLPStep
+        # the peers' step exactly: these weights, plain SGD at lr 0.01 (no momentum), int labels
         with ndl.lazy(lazy):
-            workload = MLPStep(ndl.cpu())
-        step = wrap(workload.step)
+            model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+            for layer, w, b in ((model.modules[0], "w1", "b1"), (model.modules[2], "w2", "b2")):
+                layer.weight = nn.Parameter(ndl.Tensor(a[w], device=ndl.cpu()))
+                layer.bias = nn.Parameter(ndl.Tensor(a[b].reshape(1, -1), device=ndl.cpu()))
+            opt, loss_fn = ndl.optim.SGD(model.parameters(), lr=0.01), nn.SoftmaxLoss()
+            x, y = (ndl.Tensor(a[k], device=ndl.cpu(), requires_grad=False) for k in ("x", "labels"))
+
+        def train_step():
+            opt.reset_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            return [loss] + model.parameters()
+        step = wrap(train_step)
 
         def run():
             with ndl.lazy(lazy):
