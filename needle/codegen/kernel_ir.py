@@ -253,7 +253,18 @@ class Kernel:
     mapping: str = ""         # CUDA: how loops map onto the grid ("rows", "tiles 64x64x16, ...")
 
     def text(self) -> str:
+        if self.body is None:
+            return print_kernel(self) + "\n  (statements released after compilation: " \
+                "needle.dump(tensor, 'kernels') or NEEDLE_DEBUG=3 prints them)"
         return print_kernel(self)
+
+    def release_body(self) -> None:
+        """Drop the statement tree once the kernel is compiled: running it needs only
+        the buffers, parameters and extents.  A cached schedule's trees are tens of
+        thousands of Python objects (an LSTM step's: 92,000, more than the rest of the
+        process) that every full garbage collection walks; a lazy LSTM step spent 40%
+        of its time in those collections."""
+        self.body = None
 
     def code_text(self) -> str:
         """What the CPU code depends on: the text without the name and the parallel
@@ -298,7 +309,7 @@ def print_kernel(k: Kernel, code_only: bool = False) -> str:
     args = ", ".join(f"{b.name}: {b.dtype}* {b.role}" for b in k.bufs)
     name = "" if code_only else k.name
     lines = [f"kernel {name}({args}{', params: f64[%d]' % k.n_params if k.n_params else ''})"]
-    _print_body(k.body, lines, 1, code_only)
+    _print_body(k.body or [], lines, 1, code_only)
     return "\n".join(lines)
 
 

@@ -102,8 +102,11 @@ def _compile_cuda(schedule, target: Target):
 
 def compile_schedule(schedule, target: Target):
     """The device's CompiledSchedule of `schedule` on `target` (kernels rendered,
-    compiled and loaded)."""
-    return (_compile_cuda if target.name == "cuda" else _compile_cpu)(schedule, target)
+    compiled and loaded; their statement trees released, see Kernel.release_body)."""
+    compiled = (_compile_cuda if target.name == "cuda" else _compile_cpu)(schedule, target)
+    for call in schedule.calls:
+        call.kernel.release_body()
+    return compiled
 
 
 def kernel_code(kernel, target: Target, optimized: bool = False) -> str:

@@ -48,6 +48,18 @@ def test_networkx_graph_has_ops_shapes_and_edges():
     assert nx.is_directed_acyclic_graph(g)
 
 
+def test_importing_needle_leaves_networkx_until_a_graph_is_asked_for():
+    """networkx costs a quarter second of import and thousands of objects that every
+    full garbage collection walks: it is imported by ndl.ir.graph, not by needle."""
+    import subprocess
+    import sys
+    code = ("import sys, numpy as np, needle as ndl; assert 'networkx' not in sys.modules; "
+            "g = ndl.ir.graph(ndl.Tensor(np.ones(3, 'float32')) + 1); print(type(g).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "DiGraph"
+
+
 def test_dump_every_stage_of_a_training_step():
     outs = mlp_step_outputs()
     graph = ndl.ir.dump(*outs)

@@ -67,3 +67,27 @@ def test_two_thousand_lazy_steps_keep_memory_flat():
     assert end["rss"] - warm["rss"] < 16 * 2 ** 20, (warm["rss"], end["rss"])
     # and it learned
     assert losses[-1] < 0.2 * losses[0], losses
+
+
+def test_a_cached_schedule_keeps_no_kernel_statements():
+    """Once compiled, a schedule's kernels drop their statement trees (every full
+    garbage collection would walk them); running the schedule again, and dumping the
+    kernels of a graph, still work."""
+    from needle.codegen import kernel_ir as K
+    rng = np.random.default_rng(1)
+    with ndl.lazy(True):
+        x = ndl.Tensor(rng.standard_normal((8, 5)).astype(np.float32), requires_grad=False)
+        w = ndl.Tensor(rng.standard_normal((5, 3)).astype(np.float32), requires_grad=False)
+        y = ndl.ops.exp(x @ w).sum((1,))
+        text = ndl.ir.dump(y, stage="kernels")
+        first = y.numpy()
+    entry, _ = next(reversed(schedule_cache.CACHES["cpu"].entries.entries.values()))  # y's, used last
+    kernels = [c.kernel for c in entry.schedule.calls]
+    assert kernels and all(isinstance(k, K.Kernel) and k.body is None for k in kernels)
+    assert "statements released" in kernels[0].text()
+    assert "exp(" in text  # the dump plans afresh: statements and all
+    expected = np.exp(x.numpy().astype(np.float64) @ w.numpy().astype(np.float64)).sum(1)
+    with ndl.lazy(True):
+        again = ndl.ops.exp(x @ w).sum((1,)).numpy()  # the cached schedule, run again
+    for got in (first, again):
+        np.testing.assert_allclose(got, expected, rtol=1e-5)

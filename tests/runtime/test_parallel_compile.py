@@ -56,14 +56,18 @@ def test_parallel_and_serial_compiles_agree_with_numpy(cold, workers):
 
 def test_worker_object_code_is_the_in_process_object_code(cold):
     """Same LLVM, same IR, same CPU: the bytes a worker returns are the bytes this process makes."""
-    seen = []
+    seen = []  # (LLVM IR, level) of each kernel, rendered as it is compiled (its statements go after)
     compile_kernels = jit.compile_kernels
-    cold.setattr(jit, "compile_kernels", lambda kernels, *a: seen.extend(kernels) or compile_kernels(kernels, *a))
+
+    def capture(kernels, *a):
+        seen.extend((str(llvm_codegen.render(k, f"k_{len(seen) + i}", bounds_check=False)), jit.level_for(k))
+                    for i, k in enumerate(kernels))
+        return compile_kernels(kernels, *a)
+    cold.setattr(jit, "compile_kernels", capture)
     several_kernels(np.random.default_rng(4))[0].numpy()
     assert len(seen) >= 2
     target = schedule_cache.cpu_target()
-    jobs = [(str(llvm_codegen.render(k, f"k_{i}", bounds_check=False)), target.cpu, target.features,
-             jit.level_for(k)) for i, k in enumerate(seen)]
+    jobs = [(ir, target.cpu, target.features, level) for ir, level in seen]
     pooled = compile_pool.compile_all(iter(jobs), 2)
     here = [llvm_compile.compile_ir(*job) for job in jobs]
     assert [ok for ok, _ in pooled] == [True] * len(jobs)
