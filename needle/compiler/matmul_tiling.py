@@ -37,6 +37,12 @@ SMALL = 48 ** 3  # below this many multiply-adds (all batches) the plain loop ne
 #: these sizes the packed layout's locality wins (measured: 512^3 and 784x128x256 with a
 #: transposed A ran 15-35% slower unpacked)
 DIRECT_LIMIT = {"a": 1 << 14, "b": 1 << 17}
+#: a larger B is still read in place when at most this many rows of A reuse it and its rows
+#: lie at most B_ROW_BYTES apart: packing costs a copy of B on every call, more than the
+#: strided reads save when few A panels reuse each B panel (128x784x256: 0.71-0.78x the
+#: packed time, 32x784x256 0.68x, 16x256x1024 0.44x; 384 rows: no gain).  Rows 4 KB apart
+#: share too few cache sets (256x512x1024 ran 1.66x slower in place)
+FEW_ROWS, B_ROW_BYTES = 256, 2048
 
 
 def tile_shape(dtype: str, vector_bytes: int, cols: int = 0) -> tuple:
@@ -111,14 +117,18 @@ class Tiling:
 
     def direct(self, operand, rows_first: bool) -> bool:
         """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
-        fused computation, which every panel would repeat), no mask, small enough
-        to stay in cache, and (for B) contiguous along its columns."""
-        if math.prod(operand.shape[-2:]) > DIRECT_LIMIT["a" if rows_first else "b"]:  # one matrix of a stack
+        fused computation, which every panel would repeat), no mask, (for B) contiguous
+        along its columns, and small enough to stay in cache, or (for B) reused by few
+        rows of A (FEW_ROWS)."""
+        small = math.prod(operand.shape[-2:]) <= DIRECT_LIMIT["a" if rows_first else "b"]  # one matrix of a stack
+        if not small and (rows_first or self.M > FEW_ROWS):
             return False
         i, k = K.Var("probe_i"), K.Var("probe_k")
         value = self.make().gen(operand, self.batch_index(K.Const(0)) + ((i, k) if rows_first else (k, i)))
-        return (isinstance(value, K.Load) and value.valid is None
-                and (rows_first or _stride(value.index, "probe_i") == 1))
+        if not (isinstance(value, K.Load) and value.valid is None
+                and (rows_first or _stride(value.index, "probe_i") == 1)):
+            return False
+        return small or 0 < (_stride(value.index, "probe_k") or 0) * itemsize(self.m.dtype) <= B_ROW_BYTES
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""

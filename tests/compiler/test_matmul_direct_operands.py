@@ -87,3 +87,23 @@ def test_large_operands_are_packed():
     y = a @ b
     assert [k[:3] for k in names(y)] == ["PB_", "M_5"]  # the macro-kernel packs A itself
     close(y, f64(a) @ f64(b))
+
+
+def test_a_large_weight_times_few_rows_is_read_in_place():
+    """A layer's forward pass (128 x 784 @ 784 x 256): B is past its size limit, but
+    only 128 rows of A reuse it, so it is read in place: one kernel, no copy of the
+    weight per call.  Its rows are 1 KB apart (within B_ROW_BYTES)."""
+    x, w = tensor(128, 784), tensor(784, 256)
+    assert w.numpy().size > matmul_tiling.DIRECT_LIMIT["b"] and 128 <= matmul_tiling.FEW_ROWS
+    y = x @ w
+    assert [k[:2] for k in names(y)] == ["M_"]
+    close(y, f64(x) @ f64(w))
+
+
+@pytest.mark.parametrize("rows, cols", [(matmul_tiling.FEW_ROWS + 128, 256),  # many rows reuse B: packed
+                                        (128, 1024)])  # rows 4 KB apart share few cache sets: packed
+def test_a_large_weight_is_packed_past_the_few_rows_rule(rows, cols):
+    x, w = tensor(rows, 640), tensor(640, cols)
+    y = x @ w
+    assert [k[:3] for k in names(y)] == ["PB_", "M_" + str(rows)[0]]
+    close(y, f64(x) @ f64(w))
