@@ -38,7 +38,7 @@ import math
 from ..codegen import kernel_ir as K
 from .kernel_exprs import unravel, unravel_lets
 from .lowering import combine, domain_index, identity, linear, nest_loops, reduce_loops
-from .matmul_tiling import epilogue, naive
+from .matmul_tiling import epilogue_stores, naive
 from .views import View
 
 BLOCK = 256             # threads per block for every kernel
@@ -265,7 +265,7 @@ def matmul(low) -> K.Kernel:
     low.matmul_value = K.Load("acc", acc_at, dtype)
     row, col = K.Var("row"), K.Var("col")
     at = K.affine([(bt, M * N), (row, N), (col, 1)])
-    store = K.If(K.land(lt(row, M), lt(col, N)), [K.Store(out, at, epilogue(low, bt, row, col))])
+    store = K.If(K.land(lt(row, M), lt(col, N)), epilogue_stores(low, out, at, bt, row, col))
     write = K.Loop("i", TM, [K.Loop("j", TN, [
         K.Let("row", K.affine([(m0, 1), (ty, 1), (i, TY)])),
         K.Let("col", K.affine([(n0, 1), (tx, 1), (j, TX)])), store], "unroll")], "unroll")

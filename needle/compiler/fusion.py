@@ -18,6 +18,9 @@ reductions.  Then three merges:
   its own index or not at all and nothing in between needs it in memory (an
   optimizer's momentum and the parameter update from it; Adam's m, v and
   parameter; an LSTM cell's gates, c and h): one pass over memory, one launch.
+  A matmul kernel likewise takes over a later elementwise kernel over its result
+  that reads the result at its own index (an optimizer's update of a weight from
+  its gradient): stored as the gradient is written back.
 
 Every boundary gets a reason (`FusedGraph.reasons`), shown by
 `dump(stage="fused")` and NEEDLE_DEBUG.
@@ -51,7 +54,8 @@ class Group:
     pieces: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     #: further nodes the kernel computes and stores, element for element over its domain
-    #: (an elementwise kernel only; see _Fusion.merge_elementwise_outputs)
+    #: (an elementwise kernel: _Fusion.merge_elementwise_outputs; a matmul kernel, over
+    #: its result's shape: _Fusion.absorb_into_matmuls)
     extra: list = field(default_factory=list)
     #: the folded nodes the kernel evaluates (its root, the nodes inlined below it, its
     #: fused stages and matmul, and the loads it reads), recorded once by `fuse`: the
@@ -115,6 +119,7 @@ def fuse(folded: FoldedGraph) -> FusedGraph:
     f.fuse_matmul_epilogues()
     f.fuse_reductions()
     f.merge_elementwise_outputs()
+    f.absorb_into_matmuls()
     kernels = []
     for n in f.order:
         g = f.groups.get(id(n))
@@ -383,6 +388,44 @@ class _Fusion:
                     self.reasons[id(r)] = f"{self.reasons.get(id(r), 'stored')}; stored by the kernel of " \
                                           f"{b.root.op} {b.root.type_str()} with its own root (several outputs)"
             candidates.append(b)
+
+    def absorb_into_matmuls(self) -> None:
+        """A matmul kernel A also computes and stores what a later plain elementwise
+        kernel B over A's result stores (B's kernel goes) when B reads A's result only
+        at its own index, everything else B reads is stored before A runs, and the sum
+        stays under MAX_KERNEL_OPS.  An optimizer's update of a weight (SGD's momentum
+        and parameter, Adam's m, v and parameter) then happens as the weight's gradient
+        is written back: one pass over the weight's memory and one launch less per
+        layer and step."""
+        groups, stored = self.groups, self.stored
+        position = {id(n): i for i, n in enumerate(self.order)}
+        owner = {id(n): id(g.root) for g in groups.values() for n in g.extra + [g.root]}
+        for a in [g for g in groups.values() if g.kind == "matmul" and g.root.shape == g.matmul.shape]:
+            here = position[id(a.root)]
+            readers = {owner.get(r, r) for r in self.readers_root(a.root)}  # an extra root: its kernel
+            for rid in sorted(readers, key=position.get):
+                b = groups.get(rid)
+                if b is None or b.kind != "elementwise" or b.stages or b.root.op not in ELEMENTWISE \
+                        or b.domain != a.root.shape:
+                    continue
+                members = _members(b, stored)
+                if any(m.op == "gather" for m in members) or not self._only_read_at_own_index(a.root, b, members):
+                    continue
+                moved = b.extra + [b.root]
+                own = {id(n) for n in moved} | {id(a.root)}
+                loads = [m.srcs[0] if m.op == "view" else m for m in members]
+                if any(id(n) in stored and id(n) not in own and n.op not in LEAVES and
+                       position[owner[id(n)]] > here for n in loads):
+                    continue  # B reads something computed after A
+                if sum(self.tree_size(r, {}) for r in [a.root] + a.extra + moved) > MAX_KERNEL_OPS:
+                    continue
+                a.extra.extend(moved)
+                owner.update((id(r), id(a.root)) for r in moved)
+                a.notes.append(f"also stores {', '.join(r.op + ' ' + r.type_str() for r in moved)}")
+                del groups[rid]
+                for r in moved:
+                    self.reasons[id(r)] = f"{self.reasons.get(id(r), 'stored')}; stored by the matmul kernel of " \
+                                          f"{a.root.op} {a.root.type_str()} as it writes that back (several outputs)"
 
     @staticmethod
     def _only_read_at_own_index(r, b: Group, members) -> bool:

@@ -40,8 +40,11 @@ class Lowering:
         self.merged = {}            # id(view node) -> View reshaped to merged loops
         self.direct_shape = None    # layout of stored nodes read without a view
         self.memo = {}
-        #: the kernel's extra roots (fusion: merge_elementwise_outputs): computed here, not loaded
+        #: the kernel's extra roots (fusion: merge_elementwise_outputs, absorb_into_matmuls) and a
+        #: matmul kernel's root, which its extra roots read: computed here, not loaded
         self.computed = {id(n) for n in group.extra}
+        if group.kind == "matmul" and group.extra:
+            self.computed.add(id(group.root))
 
     # ---- arguments ----------------------------------------------------------------------
     def buffer(self, slot: int, dtype: str, role: str) -> str:

@@ -24,7 +24,7 @@ import math
 
 from ..codegen import kernel_ir as K
 from ..dtypes import itemsize
-from .kernel_exprs import unravel
+from .kernel_exprs import replace, unravel
 from .lowering import Lowering, linear, nest
 from .views import View
 
@@ -241,9 +241,8 @@ class Tiling:
                           thread_work=self.flops)
 
     def write_back(self, low: Lowering, out, bt, ip, jp, pc) -> list:
-        """C (+)= tile, with the epilogue applied after the last K block.  Whole
-        tiles take a branch-free loop the vectorizer turns into SIMD; tiles on the
-        ragged edge check each element."""
+        """C (+)= tile, with the epilogue applied (and the extra roots stored) after the
+        last K block."""
         m, MR, NR = self.m, self.MR, self.NR
         r, c = K.Var("wr"), K.Var("wc")
         i = K.affine([(ip, MR), (r, 1)])
@@ -255,10 +254,23 @@ class Tiling:
         total = K.Binary("add", previous, K.Load("tile", K.affine([(r, NR), (c, 1)]), dtype), dtype)
         low.matmul_value = K.Var("sum", dtype)
         root = low.group.root
-        final = epilogue(low, bt, i, j)
         last = K.Binary("eq", pc, K.Const(self.KB - 1), "bool")
-        value = K.Where(last, final, low.matmul_value, root.dtype) if self.KB > 1 else final
-        update = [K.Let("sum", total), K.Store(out, at, value)]
+        if self.KB == 1:
+            return self.store_tiles(epilogue_stores(low, out, at, bt, i, j), ip, jp, i, j, total)
+        if not low.group.extra:  # the partial sum until the last K block, then the epilogue
+            value = K.Where(last, epilogue(low, bt, i, j), low.matmul_value, root.dtype)
+            return self.store_tiles([K.Store(out, at, value)], ip, jp, i, j, total)
+        # extra roots are stored once, after the last K block: a branch per block, not per element
+        return [K.If(last, self.store_tiles(epilogue_stores(low, out, at, bt, i, j), ip, jp, i, j, total)),
+                K.If(K.Unary("not", last, "bool"),
+                     self.store_tiles([K.Store(out, at, low.matmul_value)], ip, jp, i, j, total))]
+
+    def store_tiles(self, stores, ip, jp, i, j, total) -> list:
+        """`stores` for each element of tile (ip, jp), after `sum = total`.  Whole
+        tiles take a branch-free loop the vectorizer turns into SIMD; tiles on the
+        ragged edge check each element."""
+        MR, NR = self.MR, self.NR
+        update = [K.Let("sum", total)] + stores
         inside = K.land(K.Binary("lt", i, K.Const(self.M), "bool"), K.Binary("lt", j, K.Const(self.N), "bool"))
         guarded = K.Loop("wr", MR, [K.Loop("wc", NR, [K.If(inside, update)])])
         fast = K.Loop("wr", MR, [K.Loop("wc", NR, update, "vector")], "unroll")
@@ -276,6 +288,24 @@ def epilogue(low: Lowering, bt, i, j):
     flat position."""
     m, root = low.group.matmul, low.group.root
     return low.matmul_value if root is m else low.gen(root, epilogue_index(m, root, bt, i, j))
+
+
+def epilogue_stores(low: Lowering, out: str, at, bt, i, j) -> list:
+    """After the last K step, at matmul element (bt, i, j): the group's root stored at
+    flat position `at` of `out`, then each extra root (fusion: absorb_into_matmuls;
+    contiguous over the root's shape) computed there and stored at `at` of its buffer,
+    later ones reading earlier ones' values."""
+    g = low.group
+    stores, named = [K.Store(out, at, epilogue(low, bt, i, j))], []
+    index = epilogue_index(g.matmul, g.root, bt, i, j)
+    for n in g.extra:
+        value = low.gen(n, index)
+        for old, var in named:
+            value = replace(value, old, var)
+        var = K.Var(f"x{len(named)}", value.dtype)
+        named.append((value, var))
+        stores += [K.Let(var.name, value), K.Store(low.buffer(low.slot_of(n), n.dtype, "out"), at, var)]
+    return stores
 
 
 def epilogue_index(m, root, bt, i, j) -> tuple:
@@ -325,9 +355,8 @@ def naive(low: Lowering) -> K.Kernel:
     body.append(K.Loop("kk", a.shape[-1], [K.Assign(acc, K.Binary("add", K.Var(acc, m.dtype), prod, m.dtype))]))
     low.matmul_value = K.Var(acc, m.dtype)
     flat_batch = K.affine([(b, math.prod(batch[d + 1:])) for d, b in enumerate(idx)])
-    value = epilogue(low, flat_batch, i, j)
     out = low.buffer(low.slot_of(g.root), g.root.dtype, "out")
-    body.append(K.Store(out, linear(tuple(idx) + (i, j), View.contiguous(shape).strides, 0), value))
+    body += epilogue_stores(low, out, linear(tuple(idx) + (i, j), View.contiguous(shape).strides, 0), flat_batch, i, j)
     loops = [(f"b{d}", n) for d, n in enumerate(batch) if n != 1]
     loops += [(v.name, n) for v, n in ((i, shape[-2]), (j, shape[-1])) if isinstance(v, K.Var)]
     return low.kernel(*nest(loops, body), work=math.prod(shape) * a.shape[-1])

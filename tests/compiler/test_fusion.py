@@ -11,8 +11,9 @@ import pytest
 import needle as ndl
 import needle.runtime as rt
 from needle import nn, ops
-from needle.compiler.schedule import plan
+from needle.compiler.schedule import plan, structure
 from needle.compiler.views import View
+from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
 from needle.ir.printer import output_nodes
 
@@ -390,3 +391,88 @@ def test_independent_outputs_of_one_shape_are_one_kernel():
     a64, b64, c64 = (t.numpy().astype(np.float64) for t in (a, b, c))
     for got, want in zip(outs, (1 / (1 + np.exp(-a64)), c64 / (1 + np.exp(-b64)), np.tanh(c64))):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+# ---- a matmul kernel also stores an optimizer's update -----------------------------------------
+@pytest.mark.parametrize("vector_bytes", [64, 32])  # AVX-512 and AVX2 tiles, whatever the host
+@pytest.mark.parametrize("m, k, n", [
+    (96, 200, 64),    # tiled, one K block
+    (50, 700, 45),    # tiled, two K blocks (the update is stored after the last), ragged tiles
+    (6, 7, 5),        # the plain loop nest
+])
+def test_weight_update_is_stored_by_the_gradient_matmul(m, k, n, vector_bytes):
+    """g = x.T @ d (a weight gradient, an output), then SGD with momentum: u' = 0.9 u
+    + 0.1 g, p' = p - 0.5 u'.  The matmul kernel stores g, u' and p' as it writes g
+    back: no elementwise kernel is left; values against numpy float64."""
+    host = cpu_target()
+    target = host.with_vector_bytes(vector_bytes)
+    if not target.can_run_on(host):
+        pytest.skip(f"this host cannot execute {vector_bytes}-byte SIMD code")
+    x, d, p, u = tensor(k, m), tensor(k, n), tensor(m, n), tensor(m, n)
+    g = ops.transpose(x) @ d
+    u2 = u * 0.9 + g * 0.1
+    p2 = p - u2 * 0.5
+    nodes = output_nodes([g, u2, p2])
+    signature = structure(nodes)
+    schedule, fused = plan(nodes, target, signature)
+    check_reasons(fused)
+    assert not any(c.kernel.name.startswith("E_") for c in schedule.calls)
+    matmul = next(grp for grp in fused.groups if grp.kind == "matmul")
+    assert len(matmul.extra) == 2  # u' and p'
+    assert "as it writes that back" in ndl.ir.dump(g, u2, p2, stage="fused")
+    compiled = schedule_cache.compile_schedule(schedule, target)
+    got = [t.numpy() for t in compiled.run(signature.leaves, signature.scalars, CPU)]
+    x64, d64, p64, u64 = (t.numpy().astype(np.float64) for t in (x, d, p, u))
+    g64 = x64.T @ d64
+    # a float32 dot product of k terms: at most k eps sum|x||d| off, then a few roundings
+    err = (k + 4) * np.finfo(np.float32).eps * (np.abs(x64).T @ np.abs(d64))
+    assert np.all(np.abs(got[0] - g64) <= err)
+    want_u = u64 * 0.9 + g64 * 0.1
+    assert np.all(np.abs(got[1] - want_u) <= 0.1 * err + 4 * np.finfo(np.float32).eps * (np.abs(u64) + 1))
+    assert np.all(np.abs(got[2] - (p64 - want_u * 0.5)) <= 0.05 * err + 8 * np.finfo(np.float32).eps *
+                  (np.abs(p64) + np.abs(u64) + 1))
+
+
+def test_an_update_reading_a_later_matmul_goes_to_that_matmul():
+    """p' = p - 0.1 (g + h) with g and h two weight gradients (outputs): the update
+    can be stored only by the kernel of the later of the two, which finds the
+    earlier one in memory."""
+    x, d, y, e, p = tensor(40, 64), tensor(40, 48), tensor(40, 64), tensor(40, 48), tensor(64, 48)
+    g, h = ops.transpose(x) @ d, ops.transpose(y) @ e
+    p2 = p - (g + h) * 0.1
+    schedule, fused = planned(g, h, p2)
+    check_reasons(fused)
+    matmuls = [grp for grp in fused.groups if grp.kind == "matmul"]
+    assert len(matmuls) == 2 and not matmuls[0].extra and matmuls[1].extra  # in execution order
+    assert not any(c.kernel.name.startswith("E_") for c in schedule.calls)
+    got = [t.numpy() for t in ndl.realize(g, h, p2)]
+    g64 = x.numpy().astype(np.float64).T @ d.numpy()
+    h64 = y.numpy().astype(np.float64).T @ e.numpy()
+    np.testing.assert_allclose(got[2], p.numpy() - (g64 + h64) * 0.1, rtol=1e-5, atol=1e-4)
+
+
+def test_a_linear_layers_sgd_step_has_no_update_kernel_for_its_weight():
+    """Through the API: a Linear layer trained by SGD with momentum; the weight's
+    gradient matmul stores its momentum and new value (no elementwise kernel over
+    the weight's shape), and the step matches numpy's."""
+    from needle import optim
+    np.random.seed(3)
+    layer = nn.Linear(30, 20, device=CPU)
+    w0, b0 = layer.weight.numpy().astype(np.float64), layer.bias.numpy().astype(np.float64)
+    opt = optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    x = tensor(64, 30)
+    for _ in range(2):
+        with ndl.profile() as prof:
+            opt.reset_grad()
+            (layer(x) ** 2).sum().backward()
+            opt.step()
+            ndl.realize(layer.weight, layer.bias)
+        names = {e["name"] for e in prof.events if e.get("ph") == "X"}
+        assert "M_30_20_64" in names and "E_30_20" not in names, names
+    x64, w, b, uw, ub = x.numpy().astype(np.float64), w0, b0, 0.0, 0.0
+    for _ in range(2):  # the course's momentum: u = 0.9 u + 0.1 g
+        dy = 2 * (x64 @ w + b)
+        uw, ub = 0.9 * uw + 0.1 * (x64.T @ dy), 0.9 * ub + 0.1 * dy.sum(0, keepdims=True)
+        w, b = w - 0.1 * uw, b - 0.1 * ub
+    np.testing.assert_allclose(layer.weight.numpy(), w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(layer.bias.numpy(), b, rtol=1e-4, atol=1e-4)
