@@ -396,7 +396,9 @@ class _Fusion:
         stays under MAX_KERNEL_OPS.  An optimizer's update of a weight (SGD's momentum
         and parameter, Adam's m, v and parameter) then happens as the weight's gradient
         is written back: one pass over the weight's memory and one launch less per
-        layer and step."""
+        layer and step.  B may read the result reshaped (a convolution's weight
+        gradient, a matmul result read as K x K x Cin x Cout): element for element in
+        memory order."""
         groups, stored = self.groups, self.stored
         position = {id(n): i for i, n in enumerate(self.order)}
         owner = {id(n): id(g.root) for g in groups.values() for n in g.extra + [g.root]}
@@ -406,11 +408,14 @@ class _Fusion:
             for rid in sorted(readers, key=position.get):
                 b = groups.get(rid)
                 if b is None or b.kind != "elementwise" or b.stages or b.root.op not in ELEMENTWISE \
-                        or b.domain != a.root.shape:
+                        or math.prod(b.domain) != a.root.size:
                     continue
                 members = _members(b, stored)
-                if any(m.op == "gather" for m in members) or not self._only_read_at_own_index(a.root, b, members):
+                if any(m.op == "gather" for m in members) or not _reads_in_memory_order(a.root, b, members):
                     continue
+                if b.domain != a.root.shape and any(m.arg.reshape(a.root.shape) is None
+                                                    for m in members if m.op == "view"):
+                    continue  # the matmul kernel computes it over its own shape
                 moved = b.extra + [b.root]
                 own = {id(n) for n in moved} | {id(a.root)}
                 loads = [m.srcs[0] if m.op == "view" else m for m in members]
@@ -480,6 +485,13 @@ def _new_group(n) -> Group:
     if n.op == "scatter_add":
         return Group("scatter", n)
     return Group("elementwise", n)
+
+
+def _reads_in_memory_order(r, b: Group, members) -> bool:
+    """Kernel `b` (whose members are `members`) reads `r` only at the flat position of
+    its own element: as is over its own shape, or through a contiguous reshape."""
+    return all((m.srcs[0] is not r or _same_memory_order(m.arg, r.size)) if m.op == "view"
+               else (m is not r or r.shape == b.domain) for m in members)
 
 
 def _same_memory_order(view: View, size: int) -> bool:

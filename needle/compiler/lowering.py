@@ -20,7 +20,7 @@ import math
 from ..codegen import kernel_ir as K
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
-from .kernel_exprs import contains, costly, is_float, power, replace, select
+from .kernel_exprs import contains, costly, is_float, power, replace, select, unravel
 from .views import View
 
 
@@ -119,9 +119,11 @@ class Lowering:
             return self.accs[id(base)]
         if base is self.group.matmul and self.matmul_value is not None:
             return self.matmul_value
-        if id(base) in self.computed:  # an extra root, read at this kernel's index (fusion checked)
-            return self.gen(base, index)
         view = self.merged.get(id(vnode), vnode.arg)
+        if id(base) in self.computed:  # an extra root, read at this kernel's element (fusion checked)
+            if base.shape != view.shape:  # through a contiguous reshape: the same flat position
+                index = unravel(linear(index, view.strides, view.offset), base.shape)
+            return self.gen(base, index)
         if view.empty:
             return K.Const(0, base.dtype)
         valid = mask_expr(view, index)

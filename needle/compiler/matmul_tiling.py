@@ -293,19 +293,45 @@ def epilogue(low: Lowering, bt, i, j):
 def epilogue_stores(low: Lowering, out: str, at, bt, i, j) -> list:
     """After the last K step, at matmul element (bt, i, j): the group's root stored at
     flat position `at` of `out`, then each extra root (fusion: absorb_into_matmuls;
-    contiguous over the root's shape) computed there and stored at `at` of its buffer,
-    later ones reading earlier ones' values."""
+    contiguous, of the root's size) computed for the element at that flat position and
+    stored at `at` of its buffer, later ones reading earlier ones' values."""
     g = low.group
     stores, named = [K.Store(out, at, epilogue(low, bt, i, j))], []
     index = epilogue_index(g.matmul, g.root, bt, i, j)
-    for n in g.extra:
-        value = low.gen(n, index)
-        for old, var in named:
-            value = replace(value, old, var)
-        var = K.Var(f"x{len(named)}", value.dtype)
-        named.append((value, var))
-        stores += [K.Let(var.name, value), K.Store(low.buffer(low.slot_of(n), n.dtype, "out"), at, var)]
+    # extra roots of another shape (a conv's weight update) are computed over the root's
+    # shape: what they read is reshaped to it (fusion checked that it can be), so the
+    # loads stay affine in the vector lane
+    for v in _views_read_by(low, [n for n in g.extra if n.shape != g.root.shape]):
+        if v.shape != g.root.shape:
+            low.merged[id(v)] = v.arg.reshape(g.root.shape)
+    saved, low.direct_shape = low.direct_shape, g.root.shape
+    try:
+        for n in g.extra:
+            value = low.gen(n, index)
+            for old, var in named:
+                value = replace(value, old, var)
+            var = K.Var(f"x{len(named)}", value.dtype)
+            named.append((value, var))
+            stores += [K.Let(var.name, value), K.Store(low.buffer(low.slot_of(n), n.dtype, "out"), at, var)]
+    finally:
+        low.direct_shape = saved
     return stores
+
+
+def _views_read_by(low: Lowering, roots) -> list:
+    """The views the kernel's expressions of `roots` read through (down to the matmul's
+    result, whose own operands are read elsewhere)."""
+    views, seen, stack = [], set(), list(roots)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op == "view":
+            views.append(n)
+        elif n is not low.group.root and (id(n) in low.computed or id(n) not in low.stored):  # computed here
+            stack.extend(n.srcs)
+    return views
 
 
 def epilogue_index(m, root, bt, i, j) -> tuple:

@@ -476,3 +476,36 @@ def test_a_linear_layers_sgd_step_has_no_update_kernel_for_its_weight():
         w, b = w - 0.1 * uw, b - 0.1 * ub
     np.testing.assert_allclose(layer.weight.numpy(), w, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(layer.bias.numpy(), b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("vector_bytes", [64, 32])
+def test_an_update_over_the_gradient_reshaped_is_stored_by_the_matmul(vector_bytes):
+    """A convolution's weight gradient is a (K*K*Cin, Cout) matmul read as K x K x Cin
+    x Cout: the momentum and weight update over that shape read it in memory order, so
+    the matmul kernel stores them too (computed over its own shape); values against
+    numpy float64."""
+    host = cpu_target()
+    target = host.with_vector_bytes(vector_bytes)
+    if not target.can_run_on(host):
+        pytest.skip(f"this host cannot execute {vector_bytes}-byte SIMD code")
+    x, d = tensor(300, 3 * 3 * 8), tensor(300, 16)
+    w, u = tensor(3, 3, 8, 16), tensor(3, 3, 8, 16)
+    g = ops.transpose(x) @ d
+    u2 = u * 0.9 + ops.reshape(g, (3, 3, 8, 16)) * 0.1
+    w2 = w - u2 * 0.5
+    nodes = output_nodes([g, u2, w2])
+    signature = structure(nodes)
+    schedule, fused = plan(nodes, target, signature)
+    check_reasons(fused)
+    assert [c.kernel.name[:2] for c in schedule.calls if not c.kernel.name.startswith("P")] == ["M_"]
+    got = [t.numpy() for t in schedule_cache.compile_schedule(schedule, target).run(
+        signature.leaves, signature.scalars, CPU)]
+    x64, d64, w64, u64 = (t.numpy().astype(np.float64) for t in (x, d, w, u))
+    g64 = x64.T @ d64
+    eps = np.finfo(np.float32).eps
+    err = (300 + 4) * eps * (np.abs(x64).T @ np.abs(d64))  # a float32 dot product of 300 terms
+    assert np.all(np.abs(got[0] - g64) <= err)
+    want_u = u64 * 0.9 + g64.reshape(3, 3, 8, 16) * 0.1
+    err_u = 0.1 * err.reshape(3, 3, 8, 16) + 4 * eps * (np.abs(u64) + np.abs(want_u))
+    assert np.all(np.abs(got[1] - want_u) <= err_u)
+    assert np.all(np.abs(got[2] - (w64 - want_u * 0.5)) <= 0.5 * err_u + 4 * eps * (np.abs(w64) + np.abs(u64) + 1))
