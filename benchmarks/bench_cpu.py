@@ -2,13 +2,14 @@
 
     python benchmarks/bench_cpu.py [--quick] [--passes N] [--threads N] [--only TEXT] [--json FILE]
 
-Each implementation runs in its own process (one after the other, never two at
+Each implementation runs in its own processes (one after the other, never two at
 once) with the same thread count (NEEDLE_THREADS, OMP/MKL/OpenBLAS threads,
 torch.set_num_threads, XLA's intra-op threads); torch and jax columns appear when
-those packages are installed.  Every figure is the median of repeats after a
-warm-up that compiles; with --passes N the implementations run N times in turn
-and the table shows the median of the N medians, so a noisy neighbour hurts
-all columns alike.  The ratio columns are needle over the best peer of that row
+those packages are installed.  The implementations take turns on chunks of a few
+workloads (--chunk), so a noisy minute of a shared machine lands on every column
+of a few rows, not on one column.  Every figure is the median of repeats after a
+warm-up that compiles; with --passes N the whole round runs N times and the table
+shows the median of the N medians.  The ratio columns are needle over the best peer of that row
 (numpy, torch, torch.compile, jax): lazy (every op's Python run each iteration),
 and jit (the iteration captured by needle.jit and replayed, as torch.compile and
 jax.jit replay theirs); > 1 means needle is slower.
@@ -220,6 +221,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a few workloads, fewer repeats")
     p.add_argument("--passes", type=int, default=1)
+    p.add_argument("--chunk", type=int, default=4, help="workloads per process: implementations take turns")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--only", default="", help="workloads whose name contains one of these (comma-separated) texts")
     p.add_argument("--impls", default=",".join(COLUMNS))
@@ -245,9 +247,14 @@ def main(argv=None):
     print(f"machine copy bandwidth (np.copyto, 2^24 floats): {bw / 1e9:.1f} GB/s; medians of {args.passes} "
           f"pass(es), each implementation in its own process")
     runs = {i: [] for i in impls}
+    chunks = [names[i:i + args.chunk] for i in range(0, len(names), args.chunk)]
     for _ in range(args.passes):
+        results = {i: {} for i in impls}
+        for c, chunk in enumerate(chunks):
+            for impl in impls[c % len(impls):] + impls[:c % len(impls)]:  # none always first
+                results[impl].update(run_worker(impl, chunk, repeats, threads, args.clock))
         for impl in impls:
-            runs[impl].append(run_worker(impl, names, repeats, threads, args.clock))
+            runs[impl].append(results[impl])
     medians = {i: {n: _median([r.get(n) for r in runs[i]]) for n in names} for i in impls}
     report = {"threads": threads, "openblas_env": blas, "versions": versions(impls), "copy_bandwidth_GBs": bw / 1e9,
               "rows": table(names, medians, impls, bw)}
