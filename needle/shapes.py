@@ -84,8 +84,9 @@ def matmul_shapes(a_shape, b_shape):
 def infer_reshape(shape, new_shape) -> tuple:
     if isinstance(new_shape, numbers.Integral):
         new_shape = (new_shape,)
-    if isinstance(new_shape, (str, bytes)) or not hasattr(new_shape, "__iter__") or \
-            not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in new_shape):
+    plain = type(new_shape) is tuple and all(type(s) is int for s in new_shape)  # no ABC checks needed
+    if not plain and (isinstance(new_shape, (str, bytes)) or not hasattr(new_shape, "__iter__") or
+                      not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in new_shape)):
         raise ShapeError(f"reshape: the new shape must be integers, got {new_shape!r} for {fmt_shape(shape)}")
     new_shape = [int(s) for s in new_shape]
     size = prod(shape)

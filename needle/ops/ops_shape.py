@@ -73,7 +73,8 @@ def permute(a, axes):
 
 class Reshape(TensorOp):
     def __init__(self, shape):
-        self.shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
+        self.shape = shape if type(shape) is tuple else (shape,) if isinstance(shape, numbers.Integral) \
+            else tuple(shape)
 
     def compute(self, a):
         return A.reshape(a, self.shape)
