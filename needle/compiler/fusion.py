@@ -420,7 +420,7 @@ class _Fusion:
                 own = {id(n) for n in moved} | {id(a.root)}
                 loads = [m.srcs[0] if m.op == "view" else m for m in members]
                 if any(id(n) in stored and id(n) not in own and n.op not in LEAVES and
-                       position[owner[id(n)]] > here for n in loads):
+                       position[owner.get(id(n), id(n))] > here for n in loads):
                     continue  # B reads something computed after A
                 if sum(self.tree_size(r, {}) for r in [a.root] + a.extra + moved) > MAX_KERNEL_OPS:
                     continue

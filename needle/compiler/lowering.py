@@ -20,7 +20,7 @@ import math
 from ..codegen import kernel_ir as K
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
-from .kernel_exprs import contains, costly, is_float, power, replace, select, unravel
+from .kernel_exprs import contains, costly, is_float, power, replace, select
 from .views import View
 
 
@@ -85,6 +85,8 @@ class Lowering:
             return K.Const(node.arg, dtype)
         if op == "param":
             return self.param(node.arg, dtype)
+        if node is self.group.matmul and self.matmul_value is not None:  # read as is by an extra root
+            return self.matmul_value
         if id(node) in self.stored and node is not self.group.root and id(node) not in self.computed:
             shape = self.direct_shape or node.shape
             name = self.buffer(self.slot_of(node), dtype, "in")
@@ -119,11 +121,9 @@ class Lowering:
             return self.accs[id(base)]
         if base is self.group.matmul and self.matmul_value is not None:
             return self.matmul_value
+        if id(base) in self.computed:  # an extra root, read at this kernel's element (fusion checked;
+            return self.gen(base, index)  # a matmul kernel's reshaped reads: matmul_tiling.epilogue_stores)
         view = self.merged.get(id(vnode), vnode.arg)
-        if id(base) in self.computed:  # an extra root, read at this kernel's element (fusion checked)
-            if base.shape != view.shape:  # through a contiguous reshape: the same flat position
-                index = unravel(linear(index, view.strides, view.offset), base.shape)
-            return self.gen(base, index)
         if view.empty:
             return K.Const(0, base.dtype)
         valid = mask_expr(view, index)
