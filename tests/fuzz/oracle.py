@@ -134,8 +134,8 @@ class Bounds:
             if q == -1:
                 aa = np.abs(a)
                 return Ea / (aa * (aa - Ea)) + R, Ua | (aa <= 2 * Ea)
-            if q == 0.5:
-                return np.sqrt(Ea) + R, Ua | (_near_zero(a, Ea) & (a < 0))
+            if q == 0.5:  # a zero up to rounding may come out negative in float32: then nan
+                return np.sqrt(Ea) + R, Ua | _near_zero(a, Ea)
             raise AssertionError(q)
         if family == "scalar":
             c = p["c"]
