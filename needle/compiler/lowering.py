@@ -121,8 +121,10 @@ class Lowering:
             return self.accs[id(base)]
         if base is self.group.matmul and self.matmul_value is not None:
             return self.matmul_value
-        if id(base) in self.computed:  # an extra root, read at this kernel's element (fusion checked;
-            return self.gen(base, index)  # a matmul kernel's reshaped reads: matmul_tiling.epilogue_stores)
+        # an extra root, read at this kernel's element (fusion checked; a matmul kernel's extra
+        # roots read its result through views that matmul_tiling.epilogue_stores reshapes to it)
+        if id(base) in self.computed:
+            return self.gen(base, index)
         view = self.merged.get(id(vnode), vnode.arg)
         if view.empty:
             return K.Const(0, base.dtype)
