@@ -8,7 +8,8 @@ elementwise chain is one kernel and elementwise producers run inside
 reductions.  Then three merges:
 
 - matmul epilogue: a matmul read once, as is, by an elementwise chain (bias add,
-  activation) is computed by the kernel of that chain — one kernel;
+  activation) is computed by the kernel of that chain — one kernel; where the chain
+  forks, the matmul kernel stores the node at the fork instead of its own result;
 - reduction stages: a reduction whose only readers are one kernel, reading it
   broadcast back along the reduced axes (softmax, layernorm) or as is over the
   kept axes (logsumexp's log and add), becomes a *stage* of that kernel: an inner
@@ -305,6 +306,14 @@ class _Fusion:
             node, why = readers[0], ""
             while id(node) not in stored:
                 up = consumers[id(node)]
+                if len(up) != 1 and node.op in ELEMENTWISE:
+                    # the chain forks here: the matmul kernel stores this node instead of its
+                    # own result (as many bytes), and the readers read it instead of recomputing
+                    # the chain (a ReLU's gradient, read by the weight's and the bias's gradient)
+                    stored.add(id(node))
+                    groups[id(node)] = Group("elementwise", node)
+                    reasons[id(node)] = f"the end of a matmul's epilogue: read by {len(up)} nodes"
+                    break
                 if len(up) != 1:
                     why = f"its epilogue forks: {node.op} is read by {len(up)} nodes"
                 elif up[0].op not in ELEMENTWISE or up[0].shape != readers[0].shape:

@@ -142,6 +142,32 @@ def test_matmul_read_twice_is_not_an_epilogue():
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
+def test_an_epilogue_read_by_two_kernels_is_stored_by_the_matmul():
+    """A ReLU layer's backward: dh = (dz @ w2.T) * (h > 0) is read by the weight's
+    gradient (a matmul) and the bias's (a sum).  The matmul kernel stores dh as its
+    epilogue; the two readers read dh (the weight gradient's B in place: no packing
+    kernel recomputing the mask); values against numpy."""
+    x, h, dz, w2 = tensor(128, 96), tensor(128, 256), tensor(128, 10), tensor(256, 10)
+    dh = (dz @ ops.transpose(w2)) * (h > 0.0)
+    dw, db = ops.transpose(x) @ dh, dh.sum((0,))
+    schedule, fused = planned(dw, db)
+    check_reasons(fused)
+    epilogue = next(g for g in fused.groups if g.kind == "matmul" and g.matmul.shape == (128, 256))
+    assert epilogue.root.op == "mul"  # the matmul's kernel stores dh itself
+    assert not any(c.kernel.name.startswith("PB_128_256") for c in schedule.calls)
+    x64, h64, dz64, w64 = (t.numpy().astype(np.float64) for t in (x, h, dz, w2))
+    dh64 = (dz64 @ w64.T) * (h64 > 0)
+    got_w, got_b = (t.numpy() for t in ndl.realize(dw, db))
+    # float32 dot products: K terms are off by at most (K + 2) eps sum|a||b|; dh's own error
+    # (K = 10) carries into both gradients
+    eps = np.finfo(np.float32).eps
+    err_dh = 12 * eps * (np.abs(dz64) @ np.abs(w64).T) * (h64 > 0)
+    err_w = 130 * eps * (np.abs(x64).T @ np.abs(dh64)) + np.abs(x64).T @ err_dh
+    err_b = 130 * eps * np.abs(dh64).sum(0) + err_dh.sum(0)
+    assert np.all(np.abs(got_w - x64.T @ dh64) <= err_w)
+    assert np.all(np.abs(got_b - dh64.sum(0)) <= err_b)
+
+
 def test_mlp_forward_at_most_one_group_per_matmul_plus_a_few():
     np.random.seed(1)
     model = nn.Sequential(nn.Linear(784, 256, device=CPU), nn.ReLU(), nn.Linear(256, 10, device=CPU))
