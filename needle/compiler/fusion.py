@@ -306,7 +306,7 @@ class _Fusion:
             node, why = readers[0], ""
             while id(node) not in stored:
                 up = consumers[id(node)]
-                if len(up) != 1 and node.op in ELEMENTWISE:
+                if len(up) != 1 and node.op in ELEMENTWISE and node.dtype == m.dtype:
                     # the chain forks here: the matmul kernel stores this node instead of its
                     # own result (as many bytes), and the readers read it instead of recomputing
                     # the chain (a ReLU's gradient, read by the weight's and the bias's gradient)
