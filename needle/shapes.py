@@ -81,12 +81,19 @@ def matmul_shapes(a_shape, b_shape):
     return batch, a_shape[-2], a_shape[-1], b_shape[-1]
 
 
+def int_sequence(values) -> bool:
+    """A sequence of integers (not bools, not floats that happen to be whole)."""
+    if type(values) is tuple and all(type(v) is int for v in values):  # the common case: no ABC checks
+        return True
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        return False
+    return all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values)
+
+
 def infer_reshape(shape, new_shape) -> tuple:
     if isinstance(new_shape, numbers.Integral):
         new_shape = (new_shape,)
-    plain = type(new_shape) is tuple and all(type(s) is int for s in new_shape)  # no ABC checks needed
-    if not plain and (isinstance(new_shape, (str, bytes)) or not hasattr(new_shape, "__iter__") or
-                      not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in new_shape)):
+    if not int_sequence(new_shape):
         raise ShapeError(f"reshape: the new shape must be integers, got {new_shape!r} for {fmt_shape(shape)}")
     new_shape = [int(s) for s in new_shape]
     size = prod(shape)

@@ -18,12 +18,3 @@ def require_float(op: str, a) -> None:
     exp; without this its error would name exp)."""
     if a.dtype not in FLOATS:
         raise DTypeError(f"{op}: expects a floating dtype, got {a.dtype} (operand {fmt_shape(a.shape)}); cast first")
-
-
-def int_sequence(values) -> bool:
-    """A sequence of integers (not bools, not floats that happen to be whole)."""
-    if type(values) is tuple and all(type(v) is int for v in values):  # the common case: no ABC checks
-        return True
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        return False
-    return all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values)

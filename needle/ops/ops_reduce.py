@@ -11,8 +11,8 @@ import numbers
 from .. import array_api as A
 from ..autograd import Tensor, TensorOp
 from ..errors import ShapeError, fmt_shape
-from ..shapes import normalize_axes
-from .checks import int_sequence, require_float
+from ..shapes import int_sequence, normalize_axes
+from .checks import require_float
 from .ops_shape import reshape, transpose
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 from .. import array_api as A
 from ..autograd import TensorOp
 from ..errors import AxisError, ShapeError, fmt_shape
-from .checks import int_sequence
+from ..shapes import int_sequence
 
 
 # ---- shapes -------------------------------------------------------------------------------
