@@ -371,10 +371,10 @@ class _Fusion:
         earlier = {}    # domain -> the plain elementwise kernels so far, in order
         for n in [n for n in self.order if id(n) in groups and id(n) in self.stored]:
             b = groups[id(n)]  # an absorbed kernel is always an earlier one
-            if b.kind != "elementwise" or b.stages or b.root.op not in ELEMENTWISE:
+            if not _plain_elementwise(b):
                 continue
             members = _members(b, self.stored)
-            if any(m.op == "gather" for m in members):  # reads at other indices
+            if _gathers(members):
                 continue
             read = {id(m.srcs[0] if m.op == "view" else m) for m in members}
             candidates = earlier.setdefault(b.domain, [])
@@ -416,11 +416,10 @@ class _Fusion:
             readers = {owner.get(r, r) for r in self.readers_root(a.root)}  # an extra root: its kernel
             for rid in sorted(readers, key=position.get):
                 b = groups.get(rid)
-                if b is None or b.kind != "elementwise" or b.stages or b.root.op not in ELEMENTWISE \
-                        or math.prod(b.domain) != a.root.size:
+                if b is None or not _plain_elementwise(b) or math.prod(b.domain) != a.root.size:
                     continue
                 members = _members(b, stored)
-                if any(m.op == "gather" for m in members) or not _reads_in_memory_order(a.root, b, members):
+                if _gathers(members) or not _reads_in_memory_order(a.root, b, members):
                     continue
                 if b.domain != a.root.shape and any(m.arg.reshape(a.root.shape) is None
                                                     for m in members if m.op == "view"):
@@ -494,6 +493,16 @@ def _new_group(n) -> Group:
     if n.op == "scatter_add":
         return Group("scatter", n)
     return Group("elementwise", n)
+
+
+def _plain_elementwise(g: Group) -> bool:
+    """An elementwise kernel storing its root over its shape (no stages, no pieces)."""
+    return g.kind == "elementwise" and not g.stages and g.root.op in ELEMENTWISE
+
+
+def _gathers(members) -> bool:
+    """The kernel reads at other indices than its own (a gather inlined)."""
+    return any(m.op == "gather" for m in members)
 
 
 def _reads_in_memory_order(r, b: Group, members) -> bool:
