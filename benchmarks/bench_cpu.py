@@ -182,6 +182,10 @@ def fmt(t) -> str:
     return f"{t * 1e6:.0f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms"
 
 
+def _times(ratio) -> str:
+    return f"{ratio:.2f}x" if ratio else "—"
+
+
 def table(names, medians: dict, impls, bw: float) -> dict:
     print(f"{'workload':<27}" + "".join(f"{HEADINGS[i]:>11}" for i in impls)
           + f"{'best peer':>15}{'lazy/peer':>10}{'jit/peer':>9}")
@@ -190,18 +194,19 @@ def table(names, medians: dict, impls, bw: float) -> dict:
         cells = {i: medians[i].get(name) for i in impls}
         peers = {i: t for i, t in cells.items() if i in PEERS and isinstance(t, float)}
         best = min(peers, key=peers.get) if peers else None
+
+        def over_best(impl):
+            t = cells.get(impl)
+            return t / peers[best] if best and isinstance(t, float) else None
         ours = cells.get("needle")
-        ratio = ours / peers[best] if best and isinstance(ours, float) else None
-        jitted = cells.get("needle-jit")
-        jit_ratio = jitted / peers[best] if best and isinstance(jitted, float) else None
+        ratio, jit_ratio = over_best("needle"), over_best("needle-jit")
         extra = ""
         if isinstance(ours, float) and W.WORKLOADS[name][0] in ("sum_rows", "sum_cols", "softmax", "logsoftmax",
                                                                  "layernorm", "cross-entropy", "chain"):
             rate = W.bytes_touched(name) / ours
             extra = f"  needle reads {rate / 1e9:.1f} GB/s ({rate / bw:.0%} of copy)"
         print(f"{name:<27}" + "".join(f"{fmt(cells[i]):>11}" for i in impls)
-              + f"{best or '—':>15}{(f'{ratio:.2f}x' if ratio else '—'):>10}"
-              + f"{(f'{jit_ratio:.2f}x' if jit_ratio else '—'):>9}{extra}")
+              + f"{best or '—':>15}{_times(ratio):>10}{_times(jit_ratio):>9}{extra}")
         rows[name] = dict(cells, best_peer=best, ratio=ratio, jit_ratio=jit_ratio)
     errors = {(i, n): t for i in impls for n, t in medians[i].items() if isinstance(t, str)}
     for (i, n), e in errors.items():
