@@ -176,6 +176,28 @@ def launch_and_compile_costs() -> dict:
                 warm_load_ms=statistics.median(warm) * 1e3)
 
 
+def thread_wake_cost(gaps_us=(0, 1000), n=60) -> dict:
+    """Median time of a threaded kernel (exp over 2^20 floats) launched after each
+    serial gap (the main thread busy in Python): past the time idle workers spin
+    (GOMP_SPINCOUNT), the kernel waits for a sleeping worker to wake."""
+    import needle as ndl
+    x = ndl.Tensor(np.random.rand(1 << 20).astype(np.float32), requires_grad=False)
+    step = ndl.jit(lambda: ndl.exp(x))
+    with ndl.lazy(True):
+        ndl.realize(step())
+    out = {}
+    for gap in gaps_us:
+        with ndl.profile() as p:
+            for _ in range(n):
+                t = time.perf_counter()
+                while time.perf_counter() - t < gap * 1e-6:
+                    pass
+                with ndl.lazy(True):
+                    ndl.realize(step())
+        out[gap] = statistics.median(e["dur"] for e in p.events if e["ph"] == "X")
+    return out
+
+
 def fmt(t) -> str:
     if not isinstance(t, float):
         return "—"
@@ -272,6 +294,9 @@ def main(argv=None):
         print(f"cached kernel launch (ctypes call): {costs['launch_us']:.2f} us; "
               f"cold elementwise compile: {costs['cold_compile_ms']:.1f} ms median; "
               f"warm load from disk cache: {costs['warm_load_ms']:.2f} ms median")
+        wake = report["threaded_kernel_after_gap_us"] = thread_wake_cost()
+        print("threaded exp 2^20 launched back to back: {:.0f} us; after 1 ms of Python: {:.0f} us "
+              "(GOMP_SPINCOUNT={})".format(wake[0], wake[1000], os.environ.get("GOMP_SPINCOUNT", "libgomp's default")))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

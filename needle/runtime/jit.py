@@ -17,7 +17,6 @@ import copy
 import ctypes
 import ctypes.util
 import hashlib
-import os
 import threading
 import time
 
@@ -50,9 +49,10 @@ def _build_state() -> dict:
     state = {}
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    # idle GOMP workers spin this long before sleeping: long enough for back-to-back
-    # kernels, short enough not to fight other processes (or numpy's BLAS) for the cores
-    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+    # GOMP_SPINCOUNT is left to libgomp (and to the user): its default spins an idle
+    # worker for a few ms, as in torch.  A worker that has slept takes 40-110 us to wake
+    # on these VMs (needle had set 10000, which sleeps after 0.1-0.2 ms of Python between
+    # kernels, and every threaded kernel of a lazy step or a replay waited for it)
     gomp = ctypes.util.find_library("gomp") or "libgomp.so.1"
     try:
         llvm.load_library_permanently(gomp)
