@@ -7,20 +7,21 @@ casts and selects, so the loop vectorizer turns them into full-width SIMD.
 
 Accuracy, measured against float64 rounded to float32 (tests/codegen/
 test_vecmath_accuracy.py, on dense samples for AVX-512, AVX2 and SSE code; and
-once over all 2**32 inputs of exp, log and tanh in AVX-512 and in AVX2 code):
-within 1 ulp of the correctly rounded result everywhere.
+once over all 2**32 inputs of exp, log, tanh and sigmoid in AVX-512 and in AVX2
+code): within 1 ulp of the correctly rounded result everywhere.
 
-- exp, log, tanh: float32 polynomials with fma (Horner), at the float32 vector
-  width; 2% (exp), 5% (log) and 0.6% (tanh) of the test's results are 1 ulp off
-  (exp(float32(4.55)) = 94.63242 is correctly rounded).  fma is required for the
-  error bounds (exp's reduction relies on an exact fma); on a CPU without it
-  llvm.fma is a libm call: correct, slow.  (A float64 evaluation rounded once was
-  correctly rounded but for 3e-6 of inputs, and cost 1.2x-1.6x in fused kernels:
-  half the lanes.)
-- pow, sigmoid: evaluated in float64 (relative error below 2**-34) and rounded
-  once: correctly rounded but for rare 1-ulp cases.  float32 pow has no cheap
-  accurate float32 form (y ln x needs more than float32's bits), and sigmoid's
-  1 / (1 + e**-x) in float32 loses up to 3 ulp to its roundings.
+- exp, log, tanh, sigmoid: float32 polynomials with fma (Horner), at the float32
+  vector width; 2% (exp), 5% (log), 0.6% (tanh) and 1.4% (sigmoid) of the test's
+  results are 1 ulp off (exp(float32(4.55)) = 94.63242 is correctly rounded).  fma
+  is required for the error bounds (exp's reduction relies on an exact fma); on a
+  CPU without it llvm.fma is a libm call: correct, slow.  (A float64 evaluation
+  rounded once was correctly rounded but for 3e-6 of inputs, and cost 1.2x-1.6x in
+  fused kernels: half the lanes; sigmoid's cost 1.9x its float32 form.)  sigmoid's
+  plain 1 / (1 + e**-x) in float32 loses up to 3 ulp to its roundings: it tracks
+  them (error-free transformations) and corrects its one division.
+- pow: evaluated in float64 (relative error below 2**-34) and rounded once:
+  correctly rounded but for rare 1-ulp cases.  float32 pow has no cheap accurate
+  float32 form (y ln x needs more than float32's bits).
 
 Special values follow C99 / numpy: exp(-inf)=0, exp(inf)=inf, log(0)=-inf,
 log(x<0)=nan, nan stays nan, and pow's table (pow(x, 0)=1, pow(1, y)=1, ...).
@@ -224,13 +225,35 @@ def tanh_f32(b: ir.IRBuilder, x):
 
 
 def sigmoid_f32(b: ir.IRBuilder, x):
-    """1 / (1 + e**-x) with z = e**-|x| in (0, 1]: 1 / (1 + z) for x >= 0, z / (1 + z)
-    below, so it neither overflows nor loses relative precision for negative x."""
-    k32, k64, xd = _wide(b, x)
-    z = _exp_core(k64, k64.clamp(b.fneg(k64.intrinsic("llvm.fabs", xd)), _EXP_LO, 0.0))
-    p = b.fdiv(k64.f(1.0), b.fadd(z, k64.f(1.0)))
-    out = b.select(b.fcmp_ordered(">=", xd, k64.f(0.0)), p, b.fmul(z, p))
-    return b.select(b.fcmp_unordered("uno", x, x), x, b.fptrunc(out, k32.fty))
+    """1 / (1 + z) for x >= 0 and z / (1 + z) below, z = e**-|x| in (0, 1], in float32
+    with the roundings compensated, so it neither overflows nor loses relative
+    precision for negative x.  z = s (1 + q) is kept as hi + lo (s = 2**n is exact, and
+    z_hi - s is, by Sterbenz), 1 + z as hi + lo (Fast2Sum, 1 >= z_hi), and the quotient
+    r = 1 / hi of the one division is corrected by its residual (each fma below is
+    exact or rounds a term of a 2**-24 relative size): the result is rounded once,
+    within 0.5 ulp plus the polynomial's 2**-28.  The negative side is scaled by 2**24
+    (as in exp_f32), so results down to e**-104 stay normal until the last product."""
+    k = _Kit.like(b, x)
+    f, fma = k.f, k.fma
+    ax = k.intrinsic("llvm.fabs", x)
+    t = b.fneg(b.select(b.fcmp_ordered(">", ax, f(-_EXP32_LO)), f(-_EXP32_LO), ax))  # -|x|, at least -104
+    zr, q = _exp_reduce(k, t)
+    s = _pow2(k, zr, k.i((127 + 24) << 23))  # 2**(n + 24): normal for n >= -150
+    zs_hi = k.fma(s, q, s)                   # z * 2**24 = zs_hi + zs_lo
+    zs_lo = fma(s, q, b.fsub(s, zs_hi))
+    down = f(2.0 ** -24)
+    z_hi = b.fmul(zs_hi, down)
+    hi = b.fadd(f(1.0), z_hi)                # 1 + z = hi + lo
+    lo = b.fadd(b.fadd(b.fsub(f(1.0), hi), z_hi), b.fmul(zs_lo, down))
+    r = b.fdiv(f(1.0), hi)
+    # x >= 0: 1 / (hi + lo) = r + r (1 - r hi - r lo)
+    positive = fma(r, fma(b.fneg(r), lo, fma(b.fneg(r), hi, f(1.0))), r)
+    # x < 0, scaled: z / (hi + lo) = q0 + (z - q0 hi - q0 lo) r
+    q0 = b.fmul(zs_hi, r)
+    residual = fma(b.fneg(q0), lo, b.fadd(fma(b.fneg(q0), hi, zs_hi), zs_lo))
+    negative = b.fmul(fma(residual, r, q0), down)
+    out = b.select(b.fcmp_ordered(">=", x, f(0.0)), positive, negative)
+    return b.select(b.fcmp_unordered("uno", x, x), x, out)
 
 
 def pow_f32(b: ir.IRBuilder, x, y):
