@@ -52,7 +52,8 @@ def _build_state() -> dict:
     # GOMP_SPINCOUNT is left to libgomp (and to the user): its default spins an idle
     # worker for a few ms, as in torch.  A worker that has slept takes 40-110 us to wake
     # on these VMs (needle had set 10000, which sleeps after 0.1-0.2 ms of Python between
-    # kernels, and every threaded kernel of a lazy step or a replay waited for it)
+    # kernels, and every threaded kernel of a lazy step or a replay waited for it).  On a
+    # host short of cores the spin costs the main thread instead (docs/configuration.md)
     gomp = ctypes.util.find_library("gomp") or "libgomp.so.1"
     try:
         llvm.load_library_permanently(gomp)
