@@ -23,6 +23,18 @@ def exp(a): return np.exp(a) if _np(a) else a.exp()
 def log(a): return np.log(a) if _np(a) else a.log()
 def tanh(a): return np.tanh(a) if _np(a) else a.tanh()
 def sqrt(a): return np.sqrt(a) if _np(a) else a.sqrt()
+
+
+def sigmoid(a):
+    """1 / (1 + e**-a) without overflow; numpy evaluates it as z = e**-|a| in (0, 1],
+    1 / (1 + z) for a >= 0 and z / (1 + z) below (keeping relative precision there)."""
+    if not _np(a):
+        return a.sigmoid()
+    z = np.exp(-np.abs(a))
+    p = 1 / (z + 1)
+    return np.where(a >= 0, p, z * p)
+
+
 def maximum(a, b): return np.maximum(a, b) if _np(a) else a.maximum(b)
 def reshape(a, shape): return a.reshape(shape)
 def broadcast_to(a, shape): return np.broadcast_to(a, shape) if _np(a) else a.broadcast_to(shape)

@@ -65,7 +65,7 @@ def require_same(op: str, *dtypes, shapes=None) -> str:
 
 
 #: elementwise ops defined only for floating dtypes, and the ops bool supports
-FLOAT_ONLY = ("exp", "log", "tanh", "sqrt", "pow", "div")
+FLOAT_ONLY = ("exp", "log", "tanh", "sqrt", "pow", "div", "sigmoid")
 BOOL_OPS = ("eq", "ne", "lt", "le", "max", "min")
 
 

@@ -46,4 +46,5 @@ class ArrayOperators:
     def log(self): return self._unary("log")
     def tanh(self): return self._unary("tanh")
     def sqrt(self): return self._unary("sqrt")
+    def sigmoid(self): return self._unary("sigmoid")
     def abs(self): return self._unary("abs")

@@ -43,6 +43,9 @@ static __device__ __forceinline__ double nd_min(double a, double b) { return (a 
 template <class T> static __device__ __forceinline__ T nd_max(T a, T b) { return a > b ? a : b; }
 template <class T> static __device__ __forceinline__ T nd_min(T a, T b) { return a < b ? a : b; }
 template <class T> static __device__ __forceinline__ T nd_abs(T a) { return a < 0 ? (T)(-a) : a; }
+// 1 / (1 + e**-x) without overflow: z = e**-|x|, 1 / (1 + z) for x >= 0, z / (1 + z) below
+static __device__ __forceinline__ float nd_sigmoid(float x) { float z = expf(-fabsf(x)), p = 1.0f / (1.0f + z); return x >= 0.0f ? p : z * p; }
+static __device__ __forceinline__ double nd_sigmoid(double x) { double z = exp(-fabs(x)), p = 1.0 / (1.0 + z); return x >= 0.0 ? p : z * p; }
 static __device__ __forceinline__ bool nd_in(long long i, const long long* lim, int b, int* err) {
   const bool ok = i >= lim[2 * b] && i < lim[2 * b + 1];
   if (!ok) *err = b + 1;
@@ -209,6 +212,8 @@ class _Renderer:
             return x if dtype in ("uint8", "bool") else f"nd_abs({x})"
         if op in ("exp", "log", "tanh", "sqrt"):
             return f"{op}{'f' if dtype == 'float32' else ''}({x})"
+        if op == "sigmoid":
+            return f"nd_sigmoid({x})"
         raise ValueError(f"CUDA renderer: unknown unary op {op}")
 
     def _e_Binary(self, e: K.Binary) -> str:

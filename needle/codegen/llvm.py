@@ -331,6 +331,11 @@ class _Renderer(ValueHelpers, VectorLoops):
                     "sigmoid": vecmath.sigmoid_f32}[op](b, x)
         if op in ("exp", "log"):
             return self._call_intrinsic("llvm." + op, dtype, [x])
+        if op == "sigmoid":  # float64: z = e**-|x|, 1 / (1 + z) for x >= 0, z / (1 + z) below
+            one = self._const(1.0, dtype, x)
+            z = self._call_intrinsic("llvm.exp", dtype, [b.fneg(self._call_intrinsic("llvm.fabs", dtype, [x]))])
+            p = b.fdiv(one, b.fadd(z, one))
+            return b.select(b.fcmp_ordered(">=", x, self._zero(dtype, x)), p, b.fmul(z, p))
         if op == "tanh":
             tanh = self._extern("tanh", F64, [F64])
             return self._lanewise(lambda lane: b.call(tanh, [lane]), x)
@@ -375,9 +380,6 @@ class _Renderer(ValueHelpers, VectorLoops):
         return {"add": b.add, "sub": b.sub, "mul": b.mul}[op](a, b_)
 
     def _e_Where(self, e: K.Where):
-        x = logistic_argument(e) if e.dtype == "float32" else None
-        if x is not None:  # one rounding instead of the spelled-out formula's four (up to 3 ulp)
-            return vecmath.sigmoid_f32(self.b, self.expr(x))
         a, b_ = self._unify(self.expr(e.a), self.expr(e.b))
         cond = self.expr(e.cond)
         if isinstance(cond.type, ir.VectorType) and not isinstance(a.type, ir.VectorType):
@@ -401,35 +403,3 @@ class _Renderer(ValueHelpers, VectorLoops):
         return ok
 
 
-def logistic_argument(e: K.Where):
-    """x when `e` is the logistic function as the frontend's Sigmoid spells it
-    (overflow-free): z = exp(-max(x, -x)), p = 1 / (z + 1), where(0 <= x, p, z * p);
-    else None.  A pattern rule: the IR has no sigmoid primitive, and the formula's
-    float32 roundings cost up to 3 ulp where vecmath's sigmoid is within 1."""
-    cond, p, zp = e.cond, e.a, e.b
-    if not (isinstance(cond, K.Binary) and cond.op == "le" and _is_const(cond.a, 0.0)):
-        return None
-    x = cond.b
-    z = K.Unary("exp", K.Unary("neg", K.Binary("max", x, K.Unary("neg", x, e.dtype), e.dtype), e.dtype), e.dtype)
-    one = K.Const(1.0, e.dtype)
-    expected_p = K.Binary("div", one, K.Binary("add", z, one, e.dtype), e.dtype)
-    if _same(p, expected_p) and _same(zp, K.Binary("mul", z, expected_p, e.dtype)):
-        return x
-    return None
-
-
-def _is_const(e, value) -> bool:
-    return isinstance(e, K.Const) and e.value == value
-
-
-def _same(e, pattern) -> bool:
-    """Structural equality, constants compared by value (1 and 1.0 alike)."""
-    if isinstance(pattern, K.Const):
-        return _is_const(e, pattern.value)
-    if type(e) is not type(pattern):
-        return False
-    if isinstance(e, K.Unary):
-        return e.op == pattern.op and _same(e.x, pattern.x)
-    if isinstance(e, K.Binary):
-        return e.op == pattern.op and _same(e.a, pattern.a) and _same(e.b, pattern.b)
-    return e == pattern

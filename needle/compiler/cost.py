@@ -9,7 +9,7 @@ from ..ir.nodes import ELEMENTWISE, MOVEMENT
 #: an elementwise subtree with at most this many ops and no transcendental op is
 #: recomputed by every reader instead of being stored
 CHEAP_OPS = 8
-EXPENSIVE = ("exp", "log", "tanh", "pow", "sqrt")
+EXPENSIVE = ("exp", "log", "tanh", "pow", "sqrt", "sigmoid")
 #: an inlined expression larger than this is cut (its top node stored), which keeps
 #: kernels quick to compile and code generation free of deep recursion
 MAX_KERNEL_OPS = 160

@@ -15,7 +15,7 @@ def is_float(dtype: str) -> bool:
 def costly(e) -> bool:
     """Whether recomputing e costs more than a load: a transcendental, a power or a division."""
     if isinstance(e, K.Unary):
-        return e.op in ("exp", "log", "tanh", "sqrt") or costly(e.x)
+        return e.op in ("exp", "log", "tanh", "sqrt", "sigmoid") or costly(e.x)
     if isinstance(e, K.Binary):
         return e.op in ("pow", "div") or costly(e.a) or costly(e.b)
     if isinstance(e, K.Where):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 
-UNARY = ("neg", "exp", "log", "tanh", "sqrt", "abs")
+UNARY = ("neg", "exp", "log", "tanh", "sqrt", "abs", "sigmoid")
 BINARY = ("add", "sub", "mul", "div", "pow", "max", "min", "lt", "le", "eq", "ne")
 COMPARE = ("lt", "le", "eq", "ne")
 ELEMENTWISE = UNARY + BINARY + ("where", "cast")

@@ -184,9 +184,8 @@ def test_lazy_ops_at_known_points(lazy):
 
 
 def test_lazy_sigmoid_within_one_ulp(lazy):
-    """Lazy sigmoid is one fused kernel, which the LLVM renderer recognizes as the
-    logistic function and computes with vecmath's sigmoid (the spelled-out float32
-    formula is up to 3 ulp off).  Eager modes run the formula op by op, as numpy does."""
+    """Lazy sigmoid is an IR primitive that the LLVM renderer computes with vecmath's
+    sigmoid (the overflow-free formula spelled out in float32 ops is up to 3 ulp off)."""
     x = all_patterns()
     got = ndl.sigmoid(ndl.Tensor(x, requires_grad=False)).numpy()
     with np.errstate(all="ignore"):
