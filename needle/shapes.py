@@ -141,12 +141,15 @@ def basic_index(op: str, shape, idxs) -> tuple:
     and the index itself with ints made non-negative (... kept)."""
     if not isinstance(idxs, tuple):
         idxs = (idxs,)
-    where = f"for shape {fmt_shape(shape)}"
+
+    def where() -> str:  # for error messages only (an index is normalized on every step)
+        return f"for shape {fmt_shape(shape)}"
+
     if sum(1 for i in idxs if i is Ellipsis) > 1:
-        raise IndexingError(f"{op}: an index can have only one ellipsis (...), got {idxs} {where}")
+        raise IndexingError(f"{op}: an index can have only one ellipsis (...), got {idxs} {where()}")
     n_real = sum(1 for i in idxs if i is not None and i is not Ellipsis)
     if n_real > len(shape):
-        raise IndexingError(f"{op}: too many indices ({n_real}) {where}")
+        raise IndexingError(f"{op}: too many indices ({n_real}) {where()}")
     ranges, drop, new_axes, items, out_pos = [], [], [], [], 0
     for i in idxs:
         if i is Ellipsis:
@@ -160,9 +163,9 @@ def basic_index(op: str, shape, idxs) -> tuple:
             items.append(i)
         elif isinstance(i, slice):
             if any(p is not None and not hasattr(p, "__index__") for p in (i.start, i.stop, i.step)):
-                raise IndexingError(f"{op}: slice bounds must be integers, got {i} {where}")
+                raise IndexingError(f"{op}: slice bounds must be integers, got {i} {where()}")
             if i.step == 0:
-                raise IndexingError(f"{op}: slice step cannot be zero ({i} {where})")
+                raise IndexingError(f"{op}: slice step cannot be zero ({i} {where()})")
             ranges.append(i.indices(shape[len(ranges)]))
             out_pos += 1
             items.append(i)
@@ -175,7 +178,7 @@ def basic_index(op: str, shape, idxs) -> tuple:
             items.append(k % n)
         else:
             raise IndexingError(f"{op}: only ints, slices, None and ... are supported, got "
-                                f"{type(i).__name__} {where}")
+                                f"{type(i).__name__} {where()}")
     ranges += [(0, n, 1) for n in shape[len(ranges):]]
     return tuple(ranges), tuple(drop), tuple(new_axes), tuple(items)
 
