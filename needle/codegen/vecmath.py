@@ -240,7 +240,7 @@ def sigmoid_f32(b: ir.IRBuilder, x):
     t = b.fneg(b.select(b.fcmp_ordered(">", ax, f(-_EXP32_LO)), f(-_EXP32_LO), ax))  # -|x|, at least -104
     zr, q = _exp_reduce(k, t)
     s = _pow2(k, zr, k.i((127 + 24) << 23))  # 2**(n + 24): normal for n >= -150
-    zs_hi = k.fma(s, q, s)                   # z * 2**24 = zs_hi + zs_lo
+    zs_hi = fma(s, q, s)                     # z * 2**24 = zs_hi + zs_lo
     zs_lo = fma(s, q, b.fsub(s, zs_hi))
     down = f(2.0 ** -24)
     z_hi = b.fmul(zs_hi, down)

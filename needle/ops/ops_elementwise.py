@@ -253,14 +253,15 @@ def tanh(a):
 
 
 class Sigmoid(TensorOp):
-    """1 / (1 + exp(-a)), written so that it never overflows and keeps its relative
-    precision for negative inputs: with z = exp(-|a|) in (0, 1], sigmoid(|a|) =
-    1 / (1 + z) and sigmoid(-|a|) = z / (1 + z).  ((tanh(a/2) + 1) / 2 cancels:
-    it gave 0 from a = -17 on, so log(sigmoid(a)) was -inf.)"""
+    """1 / (1 + exp(-a)), one IR primitive computed so that it never overflows and keeps
+    its relative precision for negative inputs: with z = exp(-|a|) in (0, 1],
+    sigmoid(|a|) = 1 / (1 + z) and sigmoid(-|a|) = z / (1 + z) (array_api.sigmoid,
+    codegen/vecmath).  ((tanh(a/2) + 1) / 2 cancels: it gave 0 from a = -17 on, so
+    log(sigmoid(a)) was -inf.)"""
 
     def compute(self, a):
         require_float("sigmoid", a)
-        return A.sigmoid(a)  # one IR primitive: compiled code is within 1 ulp (codegen/vecmath)
+        return A.sigmoid(a)
 
     def gradient(self, out_grad, node):
         return out_grad * node * (1 - node)
