@@ -111,6 +111,22 @@ def copy_bandwidth(n: int) -> float:
     return 2 * src.nbytes / median_time(lambda: np.copyto(dst, src), 20)
 
 
+_SPIN = "import time, sys; t = time.perf_counter(); n = 0\nwhile time.perf_counter() - t < 0.5: n += 1\nprint(n)"
+
+
+def parallel_capacity(threads: int) -> float:
+    """How many cores' worth `threads` busy processes get, from their loop counts against
+    one process alone: a shared host may give two vCPUs much less than two cores (then a
+    spinning idle thread slows the main one, and threads gain little), which a table
+    taken in that hour shows more than the kernels do."""
+    def counts(k):
+        procs = [subprocess.Popen([sys.executable, "-c", _SPIN], stdout=subprocess.PIPE, text=True)
+                 for _ in range(k)]
+        return [int(p.communicate()[0]) for p in procs]
+    alone = counts(1)[0]
+    return sum(counts(threads)) / alone if threads > 1 else 1.0
+
+
 def numpy_gemm(n: int, unset: bool) -> float:
     """numpy's GFLOP/s for n x n float32 in a fresh process (OpenBLAS env unset or kept)."""
     env = dict(os.environ)
@@ -271,8 +287,9 @@ def main(argv=None):
     print(f"needle CPU benchmarks — {threads} threads; {versions(impls)}; numpy's OpenBLAS env: "
           f"{blas or 'OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset'}")
     bw = copy_bandwidth(1 << 24)
-    print(f"machine copy bandwidth (np.copyto, 2^24 floats): {bw / 1e9:.1f} GB/s; medians of {args.passes} "
-          f"pass(es), each implementation in its own process")
+    capacity = parallel_capacity(threads)
+    print(f"machine copy bandwidth (np.copyto, 2^24 floats): {bw / 1e9:.1f} GB/s; {threads} busy processes got "
+          f"{capacity:.2f} cores' worth; medians of {args.passes} pass(es), each implementation in its own process")
     runs = {i: [] for i in impls}
     chunks = [names[i:i + args.chunk] for i in range(0, len(names), args.chunk)]
     for _ in range(args.passes):
@@ -284,6 +301,7 @@ def main(argv=None):
             runs[impl].append(results[impl])
     medians = {i: {n: _median([r.get(n) for r in runs[i]]) for n in names} for i in impls}
     report = {"threads": threads, "openblas_env": blas, "versions": versions(impls), "copy_bandwidth_GBs": bw / 1e9,
+              "parallel_capacity": capacity,
               "rows": table(names, medians, impls, bw)}
     if not args.no_costs:
         for n in (256, 1024):

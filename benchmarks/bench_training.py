@@ -263,8 +263,10 @@ def main() -> None:
         return
     modes = args.modes.split(",") if args.modes else available_modes()
     coretype = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    from bench_cpu import parallel_capacity  # this directory is on sys.path when run as a script
     print(f"bench_training: {args.threads} threads per process, {args.steps} steps (RSS growth from step "
-          f"{args.warm}), numpy {np.__version__} with {coretype}")
+          f"{args.warm}), numpy {np.__version__} with {coretype}; {args.threads} busy processes got "
+          f"{parallel_capacity(args.threads):.2f} cores' worth")
     results = {}
     for model in args.models.split(","):
         for mode in modes:
