@@ -55,3 +55,11 @@ def test_integer_input_is_refused_when_built():
         x = ndl.Tensor(np.arange(4), dtype="int32", requires_grad=False)
         with pytest.raises(ndl.errors.DTypeError, match="sigmoid"):
             ops.sigmoid(x)
+
+
+def test_one_kernel_in_eager_mode():
+    x = ndl.Tensor(np.linspace(-3, 3, 8, dtype=np.float32), requires_grad=False)
+    with ndl.lazy(False):
+        before = ndl.runtime.stats()["kernels_launched"]
+        ops.sigmoid(x)
+        assert ndl.runtime.stats()["kernels_launched"] - before == 1
