@@ -245,11 +245,23 @@ class Tanh(TensorOp):
         return A.tanh(a)
 
     def gradient(self, out_grad, node):
-        return out_grad * (1 - node * node)
+        return TanhGrad()(out_grad, node)
 
 
 def tanh(a):
     return Tanh()(a)
+
+
+class TanhGrad(TensorOp):
+    """tanh's backward, g * (1 - y * y) for y = tanh(a), as one op: a lazy LSTM step
+    builds 80 of them, and four Tensor ops cost four times the Python of one."""
+
+    def compute(self, g, y):
+        return g * (1 - y * y)
+
+    def gradient(self, out_grad, node):
+        g, y = node.inputs
+        return TanhGrad()(out_grad, y), out_grad * g * (y * -2)
 
 
 class Sigmoid(TensorOp):
@@ -264,11 +276,22 @@ class Sigmoid(TensorOp):
         return A.sigmoid(a)
 
     def gradient(self, out_grad, node):
-        return out_grad * node * (1 - node)
+        return SigmoidGrad()(out_grad, node)
 
 
 def sigmoid(a):
     return Sigmoid()(a)
+
+
+class SigmoidGrad(TensorOp):
+    """sigmoid's backward, g * y * (1 - y) for y = sigmoid(a), as one op (see TanhGrad)."""
+
+    def compute(self, g, y):
+        return g * y * (1 - y)
+
+    def gradient(self, out_grad, node):
+        g, y = node.inputs
+        return SigmoidGrad()(out_grad, y), out_grad * g * (1 - y * 2)
 
 
 class Sqrt(TensorOp):

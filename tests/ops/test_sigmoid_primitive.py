@@ -63,3 +63,18 @@ def test_one_kernel_in_eager_mode():
         before = ndl.runtime.stats()["kernels_launched"]
         ops.sigmoid(x)
         assert ndl.runtime.stats()["kernels_launched"] - before == 1
+
+
+@pytest.mark.parametrize("op, backward", [(ops.sigmoid, "SigmoidGrad"), (ops.tanh, "TanhGrad")])
+def test_backward_is_one_tensor_op(op, backward):
+    """The backward of sigmoid and tanh is one op (a lazy LSTM step builds 200 of them:
+    one Tensor op each instead of four), with the textbook values:
+    sigmoid' = y (1 - y), tanh' = 1 - y^2."""
+    x64 = np.linspace(-4, 4, 9)
+    x = ndl.Tensor(x64, dtype="float64")
+    y = op(x)
+    y.backward()
+    assert type(x.grad.op).__name__ == backward
+    s = 1 / (1 + np.exp(-x64))
+    want = s * (1 - s) if op is ops.sigmoid else 1 - np.tanh(x64) ** 2
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-12, atol=1e-15)
