@@ -9,7 +9,8 @@ Each kernel becomes three functions:
 - `<sym>(ptr bufs, ptr params, i64 start, i64 stop, ptr limits, ptr err)`: the
   entry point called from Python; loads the buffer pointers, calls the body.
 - `<sym>_omp(ptr data)`: for GOMP_parallel; takes this thread's share of the
-  parallel loop from omp_get_thread_num / omp_get_num_threads.
+  parallel loop from omp_get_thread_num / omp_get_num_threads (and notes when the
+  thread started).
 
 With bounds checking, every load and store checks its index against
 `limits[2*b], limits[2*b+1]` and, when outside, skips the access and records the
@@ -102,13 +103,21 @@ class _Renderer(ValueHelpers, VectorLoops):
         b.ret_void()
 
     def _emit_omp(self) -> None:
-        """data = {bufs, params, total, limits, err}: run this thread's slice."""
+        """data = {bufs, params, total, limits, err, start[0], start[1], ...}: note when
+        this thread started (CLOCK_MONOTONIC ns, perf_counter's clock, in start[tid]: the
+        runtime learns how late a sleeping worker wakes), then run this thread's slice."""
         fn = ir.Function(self.m, ir.FunctionType(VOID, [PTR]), name=self.sym + "_omp")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         data = fn.args[0]
         word = [b.load(b.gep(data, [ir.Constant(I64, i)], source_etype=I64), typ=I64) for i in range(5)]
         tid = b.sext(b.call(self._extern("omp_get_thread_num", I32, []), []), I64)
         nth = b.sext(b.call(self._extern("omp_get_num_threads", I32, []), []), I64)
+        timespec = b.alloca(ir.ArrayType(I64, 2))
+        b.call(self._extern("clock_gettime", I32, [I32, PTR]), [ir.Constant(I32, 1), timespec])  # CLOCK_MONOTONIC
+        sec, nsec = (b.load(b.gep(timespec, [ir.Constant(I64, 0), ir.Constant(I64, k)],
+                                  source_etype=ir.ArrayType(I64, 2)), typ=I64) for k in (0, 1))
+        b.store(b.add(b.mul(sec, ir.Constant(I64, 10 ** 9)), nsec),
+                b.gep(data, [b.add(tid, ir.Constant(I64, 5))], source_etype=I64))
         total = word[2]
         chunk = b.sdiv(b.add(total, b.sub(nth, ir.Constant(I64, 1))), nth)
         lo = b.mul(tid, chunk)

@@ -234,14 +234,63 @@ class _Args:
         self.err_ptr = self.err.ctypes.data
 
 
+class _Workers(threading.local):
+    """This thread's GOMP workers (each thread that launches threaded kernels leads its
+    own team), as its launches have seen them."""
+    last_end = -1e9  # perf_counter() when a threaded launch last finished
+    lag = 0.0        # seconds the last worker took to start after sleeping (last measured)
+    retry_at = 0.0   # perf_counter() after which a sleeping team is woken again to measure it
+    hot = None       # (id(kernel), total) -> seconds the launch takes with the workers awake
+
+    def __init__(self):
+        self.hot = {}
+
+
+WORKERS = _Workers()
+
+#: idle workers spin (libgomp: a few ms) and then sleep; after this long without a
+#: threaded launch they are taken to be asleep
+ASLEEP_AFTER = 2e-3
+#: how long a team's measured wake-up stands: after this, a kernel after an idle spell
+#: goes to the workers again (the host may have calmed down or got busier)
+RETRY_AFTER = 1.0
+
+
+def _one_thread_is_faster(workers, key, threads: int, start: float) -> bool:
+    """Whether a kernel launched now finishes sooner on this thread than on sleeping
+    workers: the time threads save, its awake time x (threads - 1) at best, against how
+    late the workers last woke.  A 2-core VM woke them in 40-110 us when quiet and in
+    1-10 ms when the host was short of cores, where a lazy MLP step took 6-7 ms on two
+    threads and 2.6-3.6 ms on one.  Threading only splits a kernel's outer loop, so the
+    results are the same either way."""
+    if start - workers.last_end <= ASLEEP_AFTER or start >= workers.retry_at:
+        return False  # the workers are spinning, or their wake-up is to be measured again
+    hot = workers.hot.get(key)
+    return hot is not None and hot * (threads - 1) < workers.lag
+
+
 def _launch(kernel, args: _Args, i: int, total: int, threads: int, limits) -> None:
     bufs_ptr = args.table_ptr + i * args.table_row
     params_ptr = args.params_ptr + i * args.params_row
     limits_ptr = limits.ctypes.data if limits is not None else 0
     if threads:
-        data = np.array([bufs_ptr, params_ptr, total, limits_ptr, args.err_ptr], dtype=np.int64)
+        workers, key, start = WORKERS, (id(kernel), total), time.perf_counter()
+        if _one_thread_is_faster(workers, key, threads, start):
+            threads = 0
+    if threads:
+        data = np.zeros(5 + threads, dtype=np.int64)
+        data[:5] = bufs_ptr, params_ptr, total, limits_ptr, args.err_ptr
         jit.gomp().GOMP_parallel(ctypes.c_void_p(kernel.omp_address), ctypes.c_void_p(data.ctypes.data),
                                  ctypes.c_uint(threads), ctypes.c_uint(0))
+        end = time.perf_counter()
+        lag = 0.0
+        if start - workers.last_end > ASLEEP_AFTER and data[6:].min() > 0:  # the workers were asleep
+            lag = workers.lag = max(int(data[6:].max()) - int(data[5]), 0) * 1e-9
+            workers.retry_at = end + RETRY_AFTER
+        if len(workers.hot) > 4096:
+            workers.hot.clear()
+        workers.hot[key] = max(end - start - lag, 0.0)
+        workers.last_end = end
     else:
         kernel.cfunc(bufs_ptr, params_ptr, 0, total, limits_ptr, args.err_ptr)
     if limits is not None and args.err[0]:

@@ -101,3 +101,69 @@ def test_single_threaded_runs_are_launched_by_one_native_call():
     assert tables[0].tolist() == [[1, 100, 200, 7, 999], [11, 101, 201, 8, 999]]
     assert tables[1].tolist() == [[31, 103, 203, 10, 999]]
     assert segments[0][0] == tables[0].ctypes.data and segments[1][2] is launches[2]
+
+
+class _State:
+    """A stand-in for cpu.WORKERS."""
+
+    def __init__(self, last_end, lag, retry_at, hot):
+        self.last_end, self.lag, self.retry_at, self.hot = last_end, lag, retry_at, hot
+
+
+@pytest.mark.parametrize("since_last, lag, hot, retry_in, one_thread", [
+    (1e-3, 5e-3, 1e-4, 1.0, False),   # the workers are still spinning: use them
+    (0.1, 5e-3, 1e-4, 1.0, True),     # asleep, slow to wake, a short kernel: one thread
+    (0.1, 5e-3, 1e-2, 1.0, False),    # asleep and slow, but the kernel is long enough to gain
+    (0.1, 80e-6, 2e-4, 1.0, False),   # a quiet host wakes them in 80 us: threads gain
+    (0.1, 5e-3, 1e-4, -1.0, False),   # the wake-up is due to be measured again
+    (0.1, 5e-3, None, 1.0, False),    # a kernel never timed: threads (and time it)
+])
+def test_one_thread_when_waking_the_workers_costs_more(since_last, lag, hot, retry_in, one_thread):
+    now = 1000.0
+    key = (1, 100)
+    state = _State(now - since_last, lag, now + retry_in, {} if hot is None else {key: hot})
+    assert cpu_runtime._one_thread_is_faster(state, key, 2, now) is one_thread
+
+
+def test_a_kernel_kept_on_one_thread_computes_the_same(monkeypatch):
+    """With the workers taken to be asleep and slow to wake, every threaded kernel of
+    a schedule runs on the calling thread (GOMP is not called), with the same values."""
+    if jit.gomp() is None:
+        pytest.skip("no libgomp")
+    monkeypatch.setattr(config, "THREADS", 2)
+    x = np.random.uniform(-3, 3, 4 * cpu_runtime.MIN_WORK_PER_THREAD).astype(np.float32)
+    node = build.elementwise("exp", leaf(x))
+    entry, leaves, scalars = schedule_cache.compiled_schedule([node])
+    assert any(entry.threaded)
+    workers = cpu_runtime.WORKERS
+    kernel = entry.kernels[0]
+    monkeypatch.setattr(workers, "last_end", -1e9)
+    monkeypatch.setattr(workers, "lag", 10.0)
+    monkeypatch.setattr(workers, "retry_at", 1e18)
+    monkeypatch.setattr(workers, "hot", {(id(kernel), entry.totals[0]): 1e-3})
+
+    class NoGomp:
+        def GOMP_parallel(self, *args):
+            raise AssertionError("the kernel should have run on this thread")
+    monkeypatch.setattr(jit, "gomp", lambda: NoGomp())
+    out = entry.run(leaves, scalars, node.device)[0].numpy()
+    np.testing.assert_allclose(out, np.exp(x.astype(np.float64)), rtol=2e-7)
+
+
+def test_a_threaded_launch_measures_how_late_the_workers_start(monkeypatch):
+    """Each thread of a threaded kernel notes when it started (the `_omp` wrapper): a
+    launch after an idle spell sets the team's measured lag and times the kernel."""
+    if jit.gomp() is None:
+        pytest.skip("no libgomp")
+    monkeypatch.setattr(config, "THREADS", 2)
+    x = np.random.uniform(-3, 3, 4 * cpu_runtime.MIN_WORK_PER_THREAD).astype(np.float32)
+    node = build.elementwise("exp", leaf(x))
+    entry, leaves, scalars = schedule_cache.compiled_schedule([node])
+    workers = cpu_runtime.WORKERS
+    monkeypatch.setattr(workers, "last_end", -1e9)
+    monkeypatch.setattr(workers, "lag", -1.0)
+    monkeypatch.setattr(workers, "retry_at", 0.0)
+    monkeypatch.setattr(workers, "hot", {})
+    entry.run(leaves, scalars, node.device)
+    assert 0.0 <= workers.lag < 10.0  # measured: seconds from the first thread's start to the last's
+    assert list(workers.hot) == [(id(entry.kernels[0]), entry.totals[0])]
