@@ -125,9 +125,9 @@ def test_one_thread_when_waking_the_workers_costs_more(since_last, lag, hot, ret
     assert cpu_runtime._one_thread_is_faster(state, key, 2, now) is one_thread
 
 
-def test_a_kernel_kept_on_one_thread_computes_the_same(monkeypatch):
-    """With the workers taken to be asleep and slow to wake, every threaded kernel of
-    a schedule runs on the calling thread (GOMP is not called), with the same values."""
+def _threaded_exp(monkeypatch, last_end, lag, retry_at, hot):
+    """(x, its exp's threaded schedule, leaves, scalars, node), with cpu.WORKERS set to
+    the given state; `hot(kernel, total)` -> the team's timing table."""
     if jit.gomp() is None:
         pytest.skip("no libgomp")
     monkeypatch.setattr(config, "THREADS", 2)
@@ -136,11 +136,17 @@ def test_a_kernel_kept_on_one_thread_computes_the_same(monkeypatch):
     entry, leaves, scalars = schedule_cache.compiled_schedule([node])
     assert any(entry.threaded)
     workers = cpu_runtime.WORKERS
-    kernel = entry.kernels[0]
-    monkeypatch.setattr(workers, "last_end", -1e9)
-    monkeypatch.setattr(workers, "lag", 10.0)
-    monkeypatch.setattr(workers, "retry_at", 1e18)
-    monkeypatch.setattr(workers, "hot", {(id(kernel), entry.totals[0]): 1e-3})
+    for name, value in (("last_end", last_end), ("lag", lag), ("retry_at", retry_at),
+                        ("hot", hot(entry.kernels[0], entry.totals[0]))):
+        monkeypatch.setattr(workers, name, value)
+    return x, entry, leaves, scalars, node
+
+
+def test_a_kernel_kept_on_one_thread_computes_the_same(monkeypatch):
+    """With the workers taken to be asleep and slow to wake, every threaded kernel of
+    a schedule runs on the calling thread (GOMP is not called), with the same values."""
+    x, entry, leaves, scalars, node = _threaded_exp(monkeypatch, -1e9, 10.0, 1e18,
+                                                    lambda kernel, total: {(id(kernel), total): 1e-3})
 
     class NoGomp:
         def GOMP_parallel(self, *args):
@@ -153,17 +159,8 @@ def test_a_kernel_kept_on_one_thread_computes_the_same(monkeypatch):
 def test_a_threaded_launch_measures_how_late_the_workers_start(monkeypatch):
     """Each thread of a threaded kernel notes when it started (the `_omp` wrapper): a
     launch after an idle spell sets the team's measured lag and times the kernel."""
-    if jit.gomp() is None:
-        pytest.skip("no libgomp")
-    monkeypatch.setattr(config, "THREADS", 2)
-    x = np.random.uniform(-3, 3, 4 * cpu_runtime.MIN_WORK_PER_THREAD).astype(np.float32)
-    node = build.elementwise("exp", leaf(x))
-    entry, leaves, scalars = schedule_cache.compiled_schedule([node])
+    _, entry, leaves, scalars, node = _threaded_exp(monkeypatch, -1e9, -1.0, 0.0, lambda kernel, total: {})
     workers = cpu_runtime.WORKERS
-    monkeypatch.setattr(workers, "last_end", -1e9)
-    monkeypatch.setattr(workers, "lag", -1.0)
-    monkeypatch.setattr(workers, "retry_at", 0.0)
-    monkeypatch.setattr(workers, "hot", {})
     entry.run(leaves, scalars, node.device)
     assert 0.0 <= workers.lag < 10.0  # measured: seconds from the first thread's start to the last's
     assert list(workers.hot) == [(id(entry.kernels[0]), entry.totals[0])]
