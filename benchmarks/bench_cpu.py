@@ -111,7 +111,7 @@ def copy_bandwidth(n: int) -> float:
     return 2 * src.nbytes / median_time(lambda: np.copyto(dst, src), 20)
 
 
-_SPIN = "import time, sys; t = time.perf_counter(); n = 0\nwhile time.perf_counter() - t < 0.5: n += 1\nprint(n)"
+_SPIN = "import time; t = time.perf_counter(); n = 0\nwhile time.perf_counter() - t < 0.5: n += 1\nprint(n)"
 
 
 def parallel_capacity(threads: int) -> float:

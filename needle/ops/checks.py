@@ -14,7 +14,7 @@ def check_scalar(op: str, scalar):
 
 
 def require_float(op: str, a) -> None:
-    """Ops defined only on floats say so under their own name (sigmoid is built from
-    exp; without this its error would name exp)."""
+    """Ops defined only on floats say so under their own name, on every backend (numpy
+    would compute an integer mean or sigmoid in float64 without a word)."""
     if a.dtype not in FLOATS:
         raise DTypeError(f"{op}: expects a floating dtype, got {a.dtype} (operand {fmt_shape(a.shape)}); cast first")

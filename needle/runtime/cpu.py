@@ -237,13 +237,12 @@ class _Args:
 class _Workers(threading.local):
     """This thread's GOMP workers (each thread that launches threaded kernels leads its
     own team), as its launches have seen them."""
-    last_end = -1e9  # perf_counter() when a threaded launch last finished
-    lag = 0.0        # seconds the last worker took to start after sleeping (last measured)
-    retry_at = 0.0   # perf_counter() after which a sleeping team is woken again to measure it
-    hot = None       # (id(kernel), total) -> seconds the launch takes with the workers awake
 
     def __init__(self):
-        self.hot = {}
+        self.last_end = -1e9  # perf_counter() when a threaded launch last finished
+        self.lag = 0.0        # seconds the last worker took to start after sleeping (last measured)
+        self.retry_at = 0.0   # perf_counter() after which a sleeping team is woken again to measure it
+        self.hot = {}         # (id(kernel), total) -> seconds the launch takes with the workers awake
 
 
 WORKERS = _Workers()
@@ -256,6 +255,11 @@ ASLEEP_AFTER = 2e-3
 RETRY_AFTER = 1.0
 
 
+def _asleep(workers, now: float) -> bool:
+    """Whether the workers have had time to stop spinning since their last launch."""
+    return now - workers.last_end > ASLEEP_AFTER
+
+
 def _one_thread_is_faster(workers, key, threads: int, start: float) -> bool:
     """Whether a kernel launched now finishes sooner on this thread than on sleeping
     workers: the time threads save, its awake time x (threads - 1) at best, against how
@@ -263,7 +267,7 @@ def _one_thread_is_faster(workers, key, threads: int, start: float) -> bool:
     1-10 ms when the host was short of cores, where a lazy MLP step took 6-7 ms on two
     threads and 2.6-3.6 ms on one.  Threading only splits a kernel's outer loop, so the
     results are the same either way."""
-    if start - workers.last_end <= ASLEEP_AFTER or start >= workers.retry_at:
+    if not _asleep(workers, start) or start >= workers.retry_at:
         return False  # the workers are spinning, or their wake-up is to be measured again
     hot = workers.hot.get(key)
     return hot is not None and hot * (threads - 1) < workers.lag
@@ -284,7 +288,7 @@ def _launch(kernel, args: _Args, i: int, total: int, threads: int, limits) -> No
                                  ctypes.c_uint(threads), ctypes.c_uint(0))
         end = time.perf_counter()
         lag = 0.0
-        if start - workers.last_end > ASLEEP_AFTER and data[6:].min() > 0:  # the workers were asleep
+        if _asleep(workers, start) and data[6:].min() > 0:  # woken now: how late the last one started
             lag = workers.lag = max(int(data[6:].max()) - int(data[5]), 0) * 1e-9
             workers.retry_at = end + RETRY_AFTER
         if len(workers.hot) > 4096:
