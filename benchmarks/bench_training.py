@@ -3,8 +3,9 @@
     python benchmarks/bench_training.py [--models mlp,mlpresnet,resnet9,lstm] [--steps N] [--quick]
 
 For each model and mode a fresh process trains on random data and reports the
-median step time (forward, backward, optimizer step and reading the loss) and
-the RSS growth in MB/step between step `warm` and the last step.  Modes:
+median step time (forward, backward, optimizer step and reading the loss), the
+mean (which counts the occasional slow step: a full collection of Python's cycle
+collector, a recompile), and the RSS growth in MB/step between step `warm` and the last step.  Modes:
 `numpy backend` (NEEDLE_BACKEND=np), `eager` (NEEDLE_LAZY=0), `lazy` (the
 default), `lazy+jit` (`needle.jit`), and `torch eager` when torch is installed.
 Every process gets the same thread count; ratios are measured in this one run.
@@ -210,7 +211,8 @@ def worker(model_name: str, mode: str, steps: int, warm: int, budget: float, thr
     done = len(times)
     growth = (rss_mb() - rss_at_warm) / (done - 1 - warm) if rss_at_warm is not None and done - 1 > warm else float("nan")
     steady = times[min(warm, done // 2):]
-    return {"median_ms": statistics.median(steady) * 1e3, "first_ms": times[0] * 1e3, "steps": done,
+    return {"median_ms": statistics.median(steady) * 1e3, "mean_ms": statistics.fmean(steady) * 1e3,
+            "first_ms": times[0] * 1e3, "steps": done,
             "rss_mb_per_step": growth, "loss": loss}
 
 
@@ -278,7 +280,7 @@ def main() -> None:
                 continue
             results[(model, mode)] = json.loads(proc.stdout.strip().splitlines()[-1])
             print(f"  {model:<10} {mode:<14} {_time(results[(model, mode)]['median_ms'])}", file=sys.stderr)
-    header = f"{'model':<10} {'mode':<14} {'median step':>12} {'vs numpy be':>12} {'vs torch':>9} {'RSS MB/step':>12} {'steps':>6}"
+    header = f"{'model':<10} {'mode':<14} {'median step':>12} {'mean step':>10} {'vs numpy be':>12} {'vs torch':>9} {'RSS MB/step':>12} {'steps':>6}"
     print(header)
     print("-" * len(header))
     for model in args.models.split(","):
@@ -291,7 +293,7 @@ def main() -> None:
                 continue
             vs_np = f"{r['median_ms'] / ref_np:11.2f}x" if ref_np else f"{'-':>12}"
             vs_t = f"{r['median_ms'] / ref_torch:8.2f}x" if ref_torch else f"{'-':>9}"
-            print(f"{model:<10} {mode:<14} {_time(r['median_ms']):>12} {vs_np} {vs_t} {r['rss_mb_per_step']:12.3f} "
+            print(f"{model:<10} {mode:<14} {_time(r['median_ms']):>12} {_time(r['mean_ms']):>10} {vs_np} {vs_t} {r['rss_mb_per_step']:12.3f} "
                   f"{r['steps']:6d}")
     if args.json:
         with open(args.json, "w") as f:
