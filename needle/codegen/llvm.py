@@ -158,6 +158,8 @@ class _Renderer(ValueHelpers, VectorLoops):
             if self.vector is not None or s.start != 0 or not isinstance(s.extent, int):
                 raise ValueError("LLVM renderer: vector loops must be innermost, start at 0, constant width")
             self.vector = (s.var, s.extent)
+            # the lane variable's own value (a mask's compare): lane k holds k
+            self.vars[s.var] = ir.Constant(ir.VectorType(I64, s.extent), list(range(s.extent)))
             self.scopes.append({})
             self._stmts(s.body)
             self.scopes.pop()

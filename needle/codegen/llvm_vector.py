@@ -2,8 +2,9 @@
 
 Inside a kernel IR loop of kind `vector`, an expression that depends on the loop
 variable is one SIMD value holding all lanes (lane k = the variable's value + k).
-Loads whose index moves by 1 per lane are vector loads; other strides, and lanes
-guarded by a mask, are masked gathers; stores must be contiguous.  Operations
+Loads whose index moves by 1 per lane are vector loads (masked loads when a
+lane-dependent guard comes with them); other strides are masked gathers; stores
+must be contiguous.  Operations
 on vectors are the renderer's own (they broadcast scalars), so any expression
 the renderer supports works in a vector loop.
 """
@@ -64,8 +65,8 @@ class VectorLoops:
         return self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype]), dtype
 
     def _vector_load(self, e: K.Load):
-        """Contiguous lanes: one vector load.  Strided lanes or lane-dependent
-        guards: a masked gather (masked-off lanes are not read and give 0)."""
+        """Contiguous lanes: one vector load, or a masked load under a guard.  Strided
+        lanes: a masked gather.  Masked-off lanes are not read and give 0."""
         base, dtype = self._array(e.buf)
         width = self.vector[1]
         start, stride = self._lane_stride(e.index)
@@ -74,11 +75,16 @@ class VectorLoops:
             ptr = self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype])
             # only element alignment is known (numpy buffers, offsets into locals)
             return self._from_memory(self.b.load(ptr, typ=mty, align=_ALIGN[dtype]), dtype)
-        lanes = ir.Constant(ir.VectorType(I64, width), [k * stride for k in range(width)])
-        index = self.b.add(self._splat_value(start, width), lanes)
         mask = self.expr(e.valid) if e.valid is not None else ir.Constant(ir.VectorType(I1, width), [1] * width)
         if not isinstance(mask.type, ir.VectorType):
             mask = self._splat_value(mask, width)
+        if stride == 1:  # guarded contiguous lanes (a matrix's ragged last columns): a masked load
+            ptr = self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype])
+            fn = self._extern(f"llvm.masked.load.v{width}{_TYPE_SUFFIX[dtype]}.p0", mty, [PTR, I32, mask.type, mty])
+            value = self.b.call(fn, [ptr, ir.Constant(I32, _ALIGN[dtype]), mask, ir.Constant(mty, None)])
+            return self._from_memory(value, dtype)
+        lanes = ir.Constant(ir.VectorType(I64, width), [k * stride for k in range(width)])
+        index = self.b.add(self._splat_value(start, width), lanes)
         ptrs = self.b.gep(base, [index], source_etype=MEMORY_TYPES[dtype])
         ptrs.type = ir.VectorType(PTR, width)  # llvmlite types a vector GEP as a scalar pointer
         suffix = f"v{width}{_TYPE_SUFFIX[dtype]}.v{width}p0"

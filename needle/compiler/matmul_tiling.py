@@ -92,9 +92,9 @@ class Tiling:
         self.MCP = -(-self.MP // self.IB)
         # A is read one element per row and step (any layout will do; rows past M are
         # clamped, their results dropped); B a SIMD vector per step, so it must be
-        # contiguous along j and N whole panels
+        # contiguous along j (a ragged last panel is read with masked loads)
         self.direct_a = self.direct(self.a, rows_first=True)
-        self.direct_b = self.N % self.NR == 0 and self.direct(self.b, rows_first=False)
+        self.direct_b = self.direct(self.b, rows_first=False)
         self.ap, self.packs_a = (None, False) if self.direct_a else self.packed_slot(packed, new_scratch, True)
         self.bp, self.packs_b = (None, False) if self.direct_b else self.packed_slot(packed, new_scratch, False)
 
@@ -210,8 +210,12 @@ class Tiling:
         acc_at = K.affine([(r, NR), (c, 1)])
         acc = K.Load("acc", acc_at, dtype)
         k = K.affine([(pc, KC), (kk, 1)])
+        ragged_b = None  # B read in place with a ragged last panel: its columns past N masked off
         if self.direct_b:
-            b_value = low.gen(self.b, self.batch_index(bt) + (k, K.affine([(jp, NR), (c, 1)])))
+            column = K.affine([(jp, NR), (c, 1)])
+            b_value = low.gen(self.b, self.batch_index(bt) + (k, column))
+            if self.N % NR:
+                ragged_b = K.Load(b_value.buf, b_value.index, dtype, K.Binary("lt", column, K.Const(self.N), "bool"))
         else:
             b_value = K.Load(bp, K.affine([(b_base, 1), (kk, NR), (c, 1)]), dtype)
         if self.direct_a:
@@ -219,16 +223,22 @@ class Tiling:
             a_value = low.gen(self.a, self.batch_index(bt) + (row, k))
         else:
             a_value = K.Load(ap, K.affine([(a_base, 1), (kk, MR), (r, 1)]), dtype)
-        update = K.Binary("add", acc, K.Binary("mul", K.Var("a_r", dtype), b_value, dtype), dtype)
-        k_loop = K.Loop("kk", kc, [K.Loop("r", MR, [
-            K.Let("a_r", a_value),
-            K.Loop("c", NR, [K.Store("acc", acc_at, update)], "vector")], "unroll")])
+
+        def k_loop(b_value):
+            update = K.Binary("add", acc, K.Binary("mul", K.Var("a_r", dtype), b_value, dtype), dtype)
+            return K.Loop("kk", kc, [K.Loop("r", MR, [
+                K.Let("a_r", a_value),
+                K.Loop("c", NR, [K.Store("acc", acc_at, update)], "vector")], "unroll")])
+        multiply = [k_loop(b_value)]
+        if ragged_b is not None:
+            last = K.Binary("eq", jp, K.Const(self.NP - 1), "bool")
+            multiply = [K.If(K.Unary("not", last, "bool"), multiply), K.If(last, [k_loop(ragged_b)])]
         zero = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("acc", acc_at, K.Const(0, dtype))], "vector")], "unroll")
         spill = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("tile", acc_at, acc)], "vector")], "unroll")
         tile = [K.LocalArray("acc", dtype, MR * NR), zero,
                 K.Let("pa", K.affine([(bt, self.KB * self.MP * PK * MR), (pc, self.MP * PK * MR), (ip, PK * MR)])),
                 K.Let("pb", K.affine([(bt, self.KB * self.NP * PK * NR), (pc, self.NP * PK * NR), (jp, PK * NR)])),
-                k_loop, spill] + self.write_back(low, out, bt, ip, jp, pc)
+                *multiply, spill] + self.write_back(low, out, bt, ip, jp, pc)
         body = [K.LocalArray("tile", dtype, MR * NR),
                 K.Loop("pc", self.KB, [
                     K.Let("kc", self.block_depth(pc)),
@@ -266,19 +276,23 @@ class Tiling:
                      self.store_tiles([K.Store(out, at, low.matmul_value)], ip, jp, i, j, total))]
 
     def store_tiles(self, stores, ip, jp, i, j, total) -> list:
-        """`stores` for each element of tile (ip, jp), after `sum = total`.  Whole
-        tiles take a branch-free loop the vectorizer turns into SIMD; tiles on the
-        ragged edge check each element."""
+        """`stores` for each element of tile (ip, jp), after `sum = total`.  Tiles of
+        whole columns store each row as SIMD vectors (rows past M skipped); tiles on
+        the ragged column edge check each element (the epilogue's loads, a bias, may
+        not read past N)."""
         MR, NR = self.MR, self.NR
         update = [K.Let("sum", total)] + stores
+        if self.M % MR == 0:
+            rows = K.Loop("wr", MR, [K.Loop("wc", NR, update, "vector")], "unroll")
+        else:
+            rows = K.Loop("wr", MR, [K.If(K.Binary("lt", i, K.Const(self.M), "bool"),
+                                          [K.Loop("wc", NR, update, "vector")])], "unroll")
+        if self.N % NR == 0:
+            return [rows]
         inside = K.land(K.Binary("lt", i, K.Const(self.M), "bool"), K.Binary("lt", j, K.Const(self.N), "bool"))
         guarded = K.Loop("wr", MR, [K.Loop("wc", NR, [K.If(inside, update)])])
-        fast = K.Loop("wr", MR, [K.Loop("wc", NR, update, "vector")], "unroll")
-        if self.M % MR == 0 and self.N % NR == 0:
-            return [fast]
-        whole = K.land(K.Binary("le", K.affine([(ip, MR)], MR), K.Const(self.M), "bool"),
-                       K.Binary("le", K.affine([(jp, NR)], NR), K.Const(self.N), "bool"))
-        return [K.If(whole, [fast]), K.If(K.Unary("not", whole, "bool"), [guarded])]
+        whole = K.Binary("le", K.affine([(jp, NR)], NR), K.Const(self.N), "bool")
+        return [K.If(whole, [rows]), K.If(K.Unary("not", whole, "bool"), [guarded])]
 
 
 def epilogue(low: Lowering, bt, i, j):

@@ -1,5 +1,6 @@
 """Matmul tiling reads small operands straight from their buffers instead of
-packing them (no pack kernel, no copy per call); values against numpy float64.
+packing them (no pack kernel, no copy per call; B's ragged last panel with masked
+loads); values against numpy float64.
 A layer-sized activation (128 x 784) is above A's limit and still packed."""
 import numpy as np
 import pytest
@@ -7,7 +8,8 @@ import pytest
 import needle as ndl
 from needle import ops
 from needle.compiler import matmul_tiling
-from needle.compiler.schedule import plan
+from needle.compiler.schedule import plan, structure
+from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
 from needle.ir.printer import output_nodes
 
@@ -47,11 +49,40 @@ def test_small_matmul_packs_nothing():
     close(y, f64(x) @ f64(w))
 
 
-def test_ragged_width_packs_only_b():
+def test_ragged_width_reads_b_in_place():
+    """N = NR + 3: the last panel of B is read with masked loads; nothing is packed."""
     x, w = tensor(67, 120), tensor(120, NR + 3)  # above matmul_tiling.SMALL
     y = x @ w
-    assert [n[:3] for n in names(y)] == ["PB_", "M_6"]
+    assert names(y) == [f"M_67_{NR + 3}_120"]
     close(y, f64(x) @ f64(w))
+
+
+@pytest.mark.parametrize("vector_bytes", [64, 32, 16])
+@pytest.mark.parametrize("m, k, n, packs_b", [
+    (100, 784, 100, False),   # MLPResNet's hidden layer: 3 whole panels and one of 4 columns (AVX-512)
+    (37, 300, 10, False),     # a classifier's 10 outputs: one ragged panel, ragged rows
+    (128, 64, 17, False),
+    (300, 500, 300, True),    # a B too large to read in place: packed, with a ragged last panel
+])
+def test_ragged_columns_with_an_epilogue_on_each_vector_width(vector_bytes, m, k, n, packs_b):
+    """relu(x @ w + bias) with N not a multiple of the tile's width, planned and run
+    for AVX-512, AVX2 and SSE tiles: the masked last panel, the row-guarded SIMD
+    write-back and the checked ragged tiles against numpy float64."""
+    host = cpu_target()
+    target = host.with_vector_bytes(vector_bytes)
+    if not target.can_run_on(host):
+        pytest.skip(f"this host cannot run {vector_bytes}-byte SIMD code")
+    x, w, bias = tensor(m, k), tensor(k, n), tensor(1, n)
+    y = ops.relu(x @ w + ops.broadcast_to(bias, (m, n)))
+    nodes = output_nodes([y])
+    signature = structure(nodes)
+    schedule, _ = plan(nodes, target, signature)
+    assert any(c.kernel.name.startswith("PB_") for c in schedule.calls) == packs_b
+    (out,) = schedule_cache.compile_schedule(schedule, target).run(signature.leaves, signature.scalars, ndl.cpu())
+    want = np.maximum(f64(x) @ f64(w) + f64(bias), 0)
+    # float32 dot products of k terms: error below k * eps * sum|x_ik w_kj| (+ the bias's rounding)
+    bound = (k + 1) * np.finfo(np.float32).eps * (np.abs(f64(x)) @ np.abs(f64(w)) + np.abs(f64(bias)))
+    assert np.all(np.abs(out.numpy() - want) <= bound)
 
 
 def test_transposed_a_and_bias_relu_epilogue():
