@@ -99,15 +99,21 @@ def is_pending(data) -> bool:
 
 
 class Value:
-    """A value in the computational graph."""
+    """A value in the computational graph.  Its fields are slots (a step makes
+    thousands of these; other attributes still go to a `__dict__`, made on first use)."""
 
+    __slots__ = ("op", "inputs", "num_outputs", "_cached_data", "requires_grad", "grad", "_version",
+                 "_saved_versions", "__dict__", "__weakref__")
     op: Optional[Op]
     inputs: List["Value"]
-    #: bumped by `t[idx] = v`; a node whose input changed since it was built cannot backward
-    _version = 0
-    _saved_versions = ()
     _cached_data: object
     requires_grad: bool
+    #: set by backward() (None until then)
+    grad: Optional["Value"]
+    #: bumped by `t[idx] = v`; a node whose input changed since it was built cannot backward
+    _version: int
+    #: the inputs' versions when this node was built
+    _saved_versions: tuple
 
     # ---- data ---------------------------------------------------------------------------
     @property
@@ -168,6 +174,9 @@ class Value:
         self.num_outputs = num_outputs
         self._cached_data = cached_data
         self.requires_grad = requires_grad
+        self.grad = None
+        self._version = 0
+        self._saved_versions = ()
         if _capture.CURRENT is not None:
             _capture.created(self)
 
@@ -275,7 +284,7 @@ class TensorTuple(Value):
 
 
 class Tensor(TensorMethods, Value):
-    grad: "Tensor" = None  # set by backward()
+    __slots__ = ()
 
     def __init__(self, array, *, device: Optional[Device] = None, dtype=None,
                  requires_grad: bool = True, **kwargs):
