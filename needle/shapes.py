@@ -141,6 +141,9 @@ def basic_index(op: str, shape, idxs) -> tuple:
     and the index itself with ints made non-negative (... kept)."""
     if not isinstance(idxs, tuple):
         idxs = (idxs,)
+    fast = _plain_index(shape, idxs)
+    if fast is not None:
+        return fast
 
     def where() -> str:  # for error messages only (an index is normalized on every step)
         return f"for shape {fmt_shape(shape)}"
@@ -181,6 +184,33 @@ def basic_index(op: str, shape, idxs) -> tuple:
                                 f"{type(i).__name__} {where()}")
     ranges += [(0, n, 1) for n in shape[len(ranges):]]
     return tuple(ranges), tuple(drop), tuple(new_axes), tuple(items)
+
+
+def _plain_index(shape, idxs):
+    """basic_index of an index made only of Python ints in range and slices of int or
+    None bounds (an LSTM's gates, `x[:, i]`: every step, twice per slice and its
+    gradient), or None for anything else, which takes the general path and its errors."""
+    if len(idxs) > len(shape):
+        return None
+    ranges, drop, items = [], [], []
+    for axis, i in enumerate(idxs):
+        kind, n = type(i), shape[axis]
+        if kind is slice:
+            start, stop, step = i.start, i.stop, i.step
+            if not ((start is None or type(start) is int) and (stop is None or type(stop) is int)
+                    and (step is None or (type(step) is int and step != 0))):
+                return None
+            ranges.append(i.indices(n))
+            items.append(i)
+        elif kind is int and -n <= i < n:
+            k = i % n
+            drop.append(axis)
+            ranges.append((k, k + 1, 1))
+            items.append(k)
+        else:
+            return None
+    ranges += [(0, n, 1) for n in shape[len(ranges):]]
+    return tuple(ranges), tuple(drop), (), tuple(items)
 
 
 def indexed_shape(ranges, drop, new_axes) -> tuple:
