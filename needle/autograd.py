@@ -464,7 +464,7 @@ def _check_gradient(node: Value, i: int, inp: Value, grad) -> None:
     the op, instead of surfacing later as a broadcast error in the optimizer."""
     if not isinstance(inp, Tensor):
         return
-    if isinstance(grad, Tensor):  # the common case, once per gradient of every step: compare the data's
+    if isinstance(grad, Tensor):  # every gradient of every step: the data's shapes and dtypes first
         g, x = grad._cached_data, inp._cached_data
         if g is not None and x is not None and g.shape == x.shape and (g.dtype == x.dtype or BACKEND != "nd"):
             return

@@ -159,10 +159,15 @@ class _Renderer(ValueHelpers, VectorLoops):
                 raise ValueError("LLVM renderer: vector loops must be innermost, start at 0, constant width")
             self.vector = (s.var, s.extent)
             # the lane variable's own value (a mask's compare): lane k holds k
+            outer = self.vars.get(s.var)
             self.vars[s.var] = ir.Constant(ir.VectorType(I64, s.extent), list(range(s.extent)))
             self.scopes.append({})
             self._stmts(s.body)
             self.scopes.pop()
+            if outer is None:
+                del self.vars[s.var]
+            else:
+                self.vars[s.var] = outer
             self.vector = None
             self.vector_vars.clear()
             self.__dict__.pop("_dep_memo", None)

@@ -4,9 +4,9 @@ Inside a kernel IR loop of kind `vector`, an expression that depends on the loop
 variable is one SIMD value holding all lanes (lane k = the variable's value + k).
 Loads whose index moves by 1 per lane are vector loads (masked loads when a
 lane-dependent guard comes with them); other strides are masked gathers; stores
-must be contiguous.  Operations
-on vectors are the renderer's own (they broadcast scalars), so any expression
-the renderer supports works in a vector loop.
+must be contiguous.  Operations on vectors are the renderer's own (they
+broadcast scalars), so any expression the renderer supports works in a vector
+loop, the lane variable itself included (a mask's compare).
 """
 from __future__ import annotations
 
