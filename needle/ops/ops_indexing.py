@@ -151,20 +151,55 @@ class Pick(TensorOp):
     def compute(self, a, idx):
         rows, k = a.shape[:-1], a.shape[-1]
         n = int(np.prod(rows))
-        positions = host_array(np.arange(n, dtype=np.int64), a)
         flat = A.reshape(a, (n, k))
         picked = _run(lambda x, ix: _build().gather(x, ix, 0), lambda x, ix: NK.gather(x, ix, 0),
-                      flat, (positions, A.reshape(idx, (n,))))
+                      flat, (_ramp(n, "int64", a), A.reshape(idx, (n,))))
         return A.reshape(picked, rows)
 
     def gradient(self, out_grad, node):
-        from .ops_compare import compare
         a, idx = node.inputs
-        rows, k = a.shape[:-1], a.shape[-1]
-        column = Tensor(np.arange(k), device=a.device, dtype=a.dtype, requires_grad=False)
-        hit = compare("eq", broadcast_to(reshape(column, (1,) * len(rows) + (k,)), a.shape),
-                      broadcast_to(reshape(idx, rows + (1,)), a.shape))
-        return broadcast_to(reshape(out_grad, rows + (1,)), a.shape) * hit, None
+        return PickGrad(a.shape[-1])(out_grad, idx), None
+
+
+class PickGrad(TensorOp):
+    """Pick's backward as one op: g (rows) -> rows + (k,), g[r] at column idx[r] of
+    row r and zeros elsewhere, i.e. g times (column == idx).  One op instead of the
+    seven a classification loss's every backward built from a column ramp, reshapes,
+    broadcasts and a compare.  Linear in g: its gradient picks."""
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def compute(self, g, idx):
+        rows = tuple(g.shape)
+        shape = rows + (self.k,)
+        column = A.broadcast_to(A.reshape(_ramp(self.k, g.dtype, g), (1,) * len(rows) + (self.k,)), shape)
+        labels = idx if idx.dtype == g.dtype else A.astype(idx, g.dtype)
+        hit = column == A.broadcast_to(A.reshape(labels, rows + (1,)), shape)  # 0/1 in g's dtype
+        if A._np(g):
+            hit = hit.astype(g.dtype)
+        return A.broadcast_to(A.reshape(g, rows + (1,)), shape) * hit
+
+    def gradient(self, out_grad, node):
+        return Pick()(out_grad, node.inputs[1]), None
+
+
+_RAMPS = {}
+
+
+def _ramp(n: int, dtype, like):
+    """0, 1, ..., n - 1 of `dtype` in `like`'s array type.  The NDArray is made once per
+    (n, dtype, device) and read by every step's graph (a graph never writes a leaf)."""
+    if A._np(like) or like.device.name == "cuda":  # (device memory is not held past a step)
+        return host_array(np.arange(n, dtype=np_dtype(dtype)), like)
+    key = (n, str(dtype), like.device)
+    array = _RAMPS.get(key)
+    if array is None:
+        from ..backend_ndarray.ndarray import NDArray
+        if len(_RAMPS) >= 64:  # bounded: a few label counts and batch sizes in practice
+            _RAMPS.clear()
+        array = _RAMPS[key] = NDArray(np.arange(n, dtype=np_dtype(dtype)), device=like.device, dtype=str(dtype))
+    return _operand(array, like)
 
 
 def host_array(array: np.ndarray, like):
@@ -172,11 +207,15 @@ def host_array(array: np.ndarray, like):
     if A._np(like):
         return array
     from ..backend_ndarray.ndarray import NDArray
-    out = NDArray(array, device=like.device, dtype=str(array.dtype))
+    return _operand(NDArray(array, device=like.device, dtype=str(array.dtype)), like)
+
+
+def _operand(array, like):
+    """An NDArray as an operand next to `like`: itself, or a buffer node of a lazy graph."""
     if getattr(like, "is_lazy", False):
         from ..ir.lazy import as_lazy
-        return as_lazy(out)
-    return out
+        return as_lazy(array)
+    return array
 
 
 def pick(a: Tensor, idx) -> Tensor:

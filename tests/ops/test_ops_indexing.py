@@ -227,6 +227,25 @@ def test_pick_takes_one_entry_per_row_with_gradient(device):
     gradient_check(lambda t: ops.pick(t * t, labels), x)
 
 
+def test_pick_backward_is_one_differentiable_op(device):
+    """The gradient of a pick (a classification loss's backward, every step) is one
+    PickGrad: g[r] at column labels[r] of row r, exactly, zeros elsewhere; labels as
+    floats (course-style) or ints; its own gradient picks (finite differences)."""
+    x = randn((4, 5), device)
+    labels = np.array([4, 0, 2, 2])
+    g = randn((4,), device)
+    for dtype in ("float64", "int64"):
+        want = np.zeros((4, 5))
+        want[np.arange(4), labels] = g.numpy()  # (gradient_check below moves g by rounding errors)
+        y = tensor(labels, device, dtype=dtype, requires_grad=False)
+        out = ops.pick(x, y)
+        (grad, none) = out.op.gradient_as_tuple(g, out)
+        assert type(grad.op).__name__ == "PickGrad" and none is None
+        np.testing.assert_array_equal(grad.numpy(), want)
+        w = randn((4, 5), device, requires_grad=False)
+        gradient_check(lambda t: ops.summation(type(grad.op)(5)(t, y) * w), g)
+
+
 def test_pick_bad_input(device):
     x = randn((3, 4), device)
     with pytest.raises(ndl.errors.ShapeError, match="pick"):
