@@ -243,6 +243,17 @@ class _Workers(threading.local):
         self.lag = 0.0        # seconds the last worker took to start after sleeping (last measured)
         self.retry_at = 0.0   # perf_counter() after which a sleeping team is woken again to measure it
         self.hot = {}         # (id(kernel), total) -> seconds the launch takes with the workers awake
+        self.blocks = {}      # threads -> (the `_omp` wrapper's data block, its address), reused
+
+    def block(self, threads: int):
+        """The data block of a launch on `threads` threads: 5 arguments, then each
+        thread's start time.  One per thread count, reused: launches from one thread
+        run one after another."""
+        entry = self.blocks.get(threads)
+        if entry is None:
+            data = (ctypes.c_int64 * (5 + threads))()
+            entry = self.blocks[threads] = (data, ctypes.addressof(data))
+        return entry
 
 
 WORKERS = _Workers()
@@ -273,6 +284,18 @@ def _one_thread_is_faster(workers, key, threads: int, start: float) -> bool:
     return hot is not None and hot * (threads - 1) < workers.lag
 
 
+_GOMP_PARALLEL = []
+
+
+def _gomp_parallel():
+    """libgomp's GOMP_parallel(fn, data, threads, flags), typed once (plain ints pass)."""
+    if not _GOMP_PARALLEL:
+        fn = jit.gomp().GOMP_parallel
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint], None
+        _GOMP_PARALLEL.append(fn)
+    return _GOMP_PARALLEL[0]
+
+
 def _launch(kernel, args: _Args, i: int, total: int, threads: int, limits) -> None:
     bufs_ptr = args.table_ptr + i * args.table_row
     params_ptr = args.params_ptr + i * args.params_row
@@ -282,15 +305,17 @@ def _launch(kernel, args: _Args, i: int, total: int, threads: int, limits) -> No
         if _one_thread_is_faster(workers, key, threads, start):
             threads = 0
     if threads:
-        data = np.zeros(5 + threads, dtype=np.int64)
-        data[:5] = bufs_ptr, params_ptr, total, limits_ptr, args.err_ptr
-        jit.gomp().GOMP_parallel(ctypes.c_void_p(kernel.omp_address), ctypes.c_void_p(data.ctypes.data),
-                                 ctypes.c_uint(threads), ctypes.c_uint(0))
+        data, address = workers.block(threads)
+        data[0], data[1], data[2], data[3], data[4] = bufs_ptr, params_ptr, total, limits_ptr, args.err_ptr
+        ctypes.memset(address + 40, 0, 8 * threads)  # each thread writes its start time here
+        _gomp_parallel()(kernel.omp_address, address, threads, 0)
         end = time.perf_counter()
         lag = 0.0
-        if _asleep(workers, start) and data[6:].min() > 0:  # woken now: how late the last one started
-            lag = workers.lag = max(int(data[6:].max()) - int(data[5]), 0) * 1e-9
-            workers.retry_at = end + RETRY_AFTER
+        if _asleep(workers, start):
+            starts = data[5:]
+            if min(starts) > 0:  # woken now: how late the last one started
+                lag = workers.lag = max(max(starts) - starts[0], 0) * 1e-9
+                workers.retry_at = end + RETRY_AFTER
         if len(workers.hot) > 4096:
             workers.hot.clear()
         workers.hot[key] = max(end - start - lag, 0.0)
