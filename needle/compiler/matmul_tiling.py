@@ -33,10 +33,13 @@ MC_PANELS = 12  # A panels per row block (MC = 12 * MR rows, an A block of ~200 
 SMALL = 48 ** 3  # below this many multiply-adds (all batches) the plain loop nest wins
 #: an operand read straight from its buffer (a parameter, an activation) of at most this many
 #: elements per matrix (of a stack: attention's heads) is not packed: it stays in cache across
-#: panels, and packing it would cost a copy on every call.  A is read as MR row streams, B as rows of panels: past
-#: these sizes the packed layout's locality wins (measured: 512^3 and 784x128x256 with a
-#: transposed A ran 15-35% slower unpacked)
-DIRECT_LIMIT = {"a": 1 << 14, "b": 1 << 17}
+#: panels, and packing it would cost a copy on every call (A's panels are packed by gathers
+#: across its rows).  A is read as MR row streams, B as rows of panels: past these sizes the
+#: packed layout's locality wins (measured: 512^3 and 784x128x256 with a transposed A ran
+#: 15-35% slower unpacked).  An A of up to 65,536 elements read in place, at 2 threads:
+#: 256^3 0.88-0.91x the packed time, 128x256x256 0.88-0.91x, x.T @ g 256x128x256 0.88x,
+#: 200x256x100 0.96x (single-threaded: 0.89-0.96x, a transposed A 1.02-1.04x)
+DIRECT_LIMIT = {"a": 1 << 16, "b": 1 << 17}
 #: a larger B is still read in place when at most this many rows of A reuse it and its rows
 #: lie at most B_ROW_BYTES apart: packing costs a copy of B on every call, more than the
 #: strided reads save when few A panels reuse each B panel (128x784x256: 0.71-0.78x the
