@@ -120,6 +120,25 @@ def test_large_operands_are_packed():
     close(y, f64(a) @ f64(b))
 
 
+def test_a_row_major_activation_is_read_in_place_a_transposed_one_packed():
+    """A of 100,352 elements (past DIRECT_LIMIT, within ROW_MAJOR_A_LIMIT): read in place
+    when its rows run along K (x @ w), packed when they do not (x.T @ g, a weight's
+    gradient), where the tile's row streams would jump across memory."""
+    x, w = tensor(128, 784), tensor(784, 256)
+    g = tensor(128, 256)
+    assert matmul_tiling.DIRECT_LIMIT["a"] < x.numpy().size <= matmul_tiling.ROW_MAJOR_A_LIMIT
+
+    def macro(y):
+        schedule, _ = plan(output_nodes([y]), cpu_target())
+        return next(c.kernel for c in schedule.calls if c.kernel.name.startswith("M_"))
+
+    forward, weight_grad = x @ w, ops.transpose(x) @ g
+    assert sum(b.role == "out" for b in macro(forward).bufs) == 1      # C only: A read in place
+    assert sum(b.role == "out" for b in macro(weight_grad).bufs) == 2  # C and the packed A
+    close(forward, f64(x) @ f64(w))
+    close(weight_grad, f64(x).T @ f64(g))
+
+
 def test_a_large_weight_times_few_rows_is_read_in_place():
     """A layer's forward pass (128 x 784 @ 784 x 256): B is past its size limit, but
     only 128 rows of A reuse it, so it is read in place: one kernel, no copy of the

@@ -48,13 +48,13 @@ def packs_a(macro) -> bool:
 
 def test_packed_panels_are_as_deep_as_k():
     """A packed operand holds BT * MP * K * MR elements when K fits one block."""
-    a, b = tensor(2, 700, 100), tensor(2, 100, 64)  # A: 70,000 elements a matrix, packed
+    a, b = tensor(2, 1400, 100), tensor(2, 100, 64)  # A: 140,000 elements a matrix, packed
     schedule, _ = plan(output_nodes([a @ b]), cpu_target())
     mr, nr = matmul_tiling.tile_shape("float32", cpu_target().vector_bytes)
     macro = next(c for c in schedule.calls if c.kernel.name.startswith("M_"))
     assert packs_a(macro.kernel)
     packed = macro.slots[[b.role for b in macro.kernel.bufs].index("out")]  # the first out: packed A
-    rows = 2 * math.ceil(700 / mr)
+    rows = 2 * math.ceil(1400 / mr)
     assert schedule.temp_bytes[schedule.slot_kinds[packed][1]] >= rows * 100 * mr * 4
     assert a.numpy().size * 4 <= rows * 100 * mr * 4 < 2 * a.numpy().size * 4  # not KC deep
 
