@@ -33,18 +33,19 @@ MC_PANELS = 12  # A panels per row block (MC = 12 * MR rows, an A block of ~200 
 SMALL = 48 ** 3  # below this many multiply-adds (all batches) the plain loop nest wins
 #: an operand read straight from its buffer (a parameter, an activation) of at most this many
 #: elements per matrix (of a stack: attention's heads) is not packed: it stays in cache across
-#: panels, and packing it would cost a copy on every call (A's panels are packed by gathers
-#: across its rows).  A is read as MR row streams, B as rows of panels: past these sizes the
-#: packed layout's locality wins (measured: 512^3 and 784x128x256 with a transposed A ran
-#: 15-35% slower unpacked).  An A of up to 65,536 elements read in place, at 2 threads:
-#: 256^3 0.88-0.91x the packed time, 128x256x256 0.88-0.91x, x.T @ g 256x128x256 0.88x,
-#: 200x256x100 0.96x (single-threaded: 0.89-0.96x, a transposed A 1.02-1.04x)
-DIRECT_LIMIT = {"a": 1 << 16, "b": 1 << 17}
-#: a larger A is still read in place when its rows run along K (each of the tile's MR row
-#: streams reads on in memory) and it has at most this many elements: at 2 threads
-#: 100x784x100 0.88x the packed time, 128x784x256 0.85x, 100x784x10 0.65x; single-threaded
-#: 0.90-0.92x.  (A transposed A of that size, x.T @ g at 784x128x256, ran 1.07-1.09x.)
-ROW_MAJOR_A_LIMIT = 1 << 17
+#: panels, and packing it would cost a copy on every call.  A is read as MR row streams, B as rows of panels: past
+#: these sizes the packed layout's locality wins (measured: 512^3 and 784x128x256 with a
+#: transposed A ran 15-35% slower unpacked)
+DIRECT_LIMIT = {"a": 1 << 14, "b": 1 << 17}
+#: larger As are read in place when reading them is cheap: up to A_AFFINE_LIMIT elements
+#: when the index is affine in k (no division: a conv's im2col view is packed, its every
+#: read would divide), up to A_ROW_MAJOR_LIMIT when k is the contiguous axis (each of the
+#: tile's MR row streams reads on in memory).  Packing A gathers across its rows on every
+#: call.  In-process A/B against packing, 2 threads: 256^3 0.88-0.91x the time, x.T @ g
+#: 256x128x256 0.88x, 100x784x10 0.63x, 100x784x100 0.86x, 128x784x256 0.93x; single-
+#: threaded 0.86-0.98x.  A transposed A of 100,352 elements (x.T @ g at 784x128x256) ran
+#: 1.07-1.09x, so past A_AFFINE_LIMIT only a row-major A qualifies.
+A_AFFINE_LIMIT, A_ROW_MAJOR_LIMIT = 1 << 16, 1 << 17
 #: a larger B is still read in place when at most this many rows of A reuse it and its rows
 #: lie at most B_ROW_BYTES apart: packing costs a copy of B on every call, more than the
 #: strided reads save when few A panels reuse each B panel (128x784x256: 0.71-0.78x the
@@ -126,20 +127,22 @@ class Tiling:
     def direct(self, operand, rows_first: bool) -> bool:
         """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
         fused computation, which every panel would repeat), no mask, (for B) contiguous
-        along its columns, and small enough to stay in cache, or (for A) row-major and
-        not much larger (ROW_MAJOR_A_LIMIT), or (for B) reused by few rows of A (FEW_ROWS)."""
+        along its columns, and small enough to stay in cache, or (for A) cheap to read and
+        not much larger (A_AFFINE_LIMIT, A_ROW_MAJOR_LIMIT), or (for B) reused by few rows
+        of A (FEW_ROWS)."""
         elements = math.prod(operand.shape[-2:])  # one matrix of a stack
         small = elements <= DIRECT_LIMIT["a" if rows_first else "b"]
-        if not small and (elements > ROW_MAJOR_A_LIMIT if rows_first else self.M > FEW_ROWS):
+        if not small and (elements > A_ROW_MAJOR_LIMIT if rows_first else self.M > FEW_ROWS):
             return False
         i, k = K.Var("probe_i"), K.Var("probe_k")
         value = self.make().gen(operand, self.batch_index(K.Const(0)) + ((i, k) if rows_first else (k, i)))
         if not (isinstance(value, K.Load) and value.valid is None
                 and (rows_first or _stride(value.index, "probe_i") == 1)):
             return False
+        k_stride = _stride(value.index, "probe_k")
         if rows_first:
-            return small or _stride(value.index, "probe_k") == 1
-        return small or 0 < (_stride(value.index, "probe_k") or 0) * itemsize(self.m.dtype) <= B_ROW_BYTES
+            return small or k_stride == 1 or (k_stride is not None and elements <= A_AFFINE_LIMIT)
+        return small or 0 < (k_stride or 0) * itemsize(self.m.dtype) <= B_ROW_BYTES
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""

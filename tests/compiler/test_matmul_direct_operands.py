@@ -121,12 +121,12 @@ def test_large_operands_are_packed():
 
 
 def test_a_row_major_activation_is_read_in_place_a_transposed_one_packed():
-    """A of 100,352 elements (past DIRECT_LIMIT, within ROW_MAJOR_A_LIMIT): read in place
+    """A of 100,352 elements (past A_AFFINE_LIMIT, within A_ROW_MAJOR_LIMIT): read in place
     when its rows run along K (x @ w), packed when they do not (x.T @ g, a weight's
     gradient), where the tile's row streams would jump across memory."""
     x, w = tensor(128, 784), tensor(784, 256)
     g = tensor(128, 256)
-    assert matmul_tiling.DIRECT_LIMIT["a"] < x.numpy().size <= matmul_tiling.ROW_MAJOR_A_LIMIT
+    assert matmul_tiling.A_AFFINE_LIMIT < x.numpy().size <= matmul_tiling.A_ROW_MAJOR_LIMIT
 
     def macro(y):
         schedule, _ = plan(output_nodes([y]), cpu_target())
