@@ -238,15 +238,18 @@ class Tiling:
         else:
             a_value = K.Load(ap, K.affine([(a_base, 1), (kk, MR), (r, 1)]), dtype)
 
-        def k_loop(b_value):
+        def k_loop(b_value, width=NR):
             update = K.Binary("add", acc, K.Binary("mul", K.Var("a_r", dtype), b_value, dtype), dtype)
             return K.Loop("kk", kc, [K.Loop("r", MR, [
                 K.Let("a_r", a_value),
-                K.Loop("c", NR, [K.Store("acc", acc_at, update)], "vector")], "unroll")])
+                K.Loop("c", width, [K.Store("acc", acc_at, update)], "vector")], "unroll")])
         multiply = [k_loop(b_value)]
         if ragged_b is not None:
+            # a last panel of at most half the tile's columns (100 = 3 x 32 + 4) multiplies
+            # only its first half: the other half of its accumulators stays zero
+            width = NR // 2 if self.N % NR <= NR // 2 else NR
             last = K.Binary("eq", jp, K.Const(self.NP - 1), "bool")
-            multiply = [K.If(K.Unary("not", last, "bool"), multiply), K.If(last, [k_loop(ragged_b)])]
+            multiply = [K.If(K.Unary("not", last, "bool"), multiply), K.If(last, [k_loop(ragged_b, width)])]
         zero = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("acc", acc_at, K.Const(0, dtype))], "vector")], "unroll")
         spill = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("tile", acc_at, acc)], "vector")], "unroll")
         tile = [K.LocalArray("acc", dtype, MR * NR), zero,
