@@ -47,8 +47,8 @@ def _flatten(value, tensors: list):
     if isinstance(value, Tensor):
         tensors.append(value)
         return (INPUT, len(tensors) - 1)
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(_flatten(v, tensors) for v in value)
+    if isinstance(value, (list, tuple)):  # (a list, not a generator: this runs on every call)
+        return (type(value).__name__, *[_flatten(v, tensors) for v in value])
     if isinstance(value, dict):
         return ("dict",) + tuple((k, _flatten(v, tensors)) for k, v in value.items())
     try:
@@ -95,13 +95,15 @@ class JitFunction:
             return self.fn(*args, **kwargs)
         self.calls += 1
         inputs = []
-        key = (_flatten(args, inputs), _flatten(kwargs, inputs))
+        key = (_flatten(args, inputs), _flatten(kwargs, inputs) if kwargs else ())
         if self.calls == 1:
             return self.fn(*args, **kwargs)  # warm-up: optimizers create their state
         arrays = [realized_array(t) for t in inputs]
-        if any(a.device.name not in ("cpu", "cuda") for a in arrays):
-            return self.fn(*args, **kwargs)  # cpu_numpy runs op by op in numpy: nothing to capture
-        key = key + (tuple((a._shape, a._dtype, a._device, a._strides, a._offset) for a in arrays),)
+        for a in arrays:
+            if a.device.name not in ("cpu", "cuda"):
+                return self.fn(*args, **kwargs)  # cpu_numpy runs op by op in numpy: nothing to capture
+        # (a device by its name: equal names are equal devices, and a str hashes in C)
+        key = (*key, tuple([(a._shape, a._dtype, a._device.name, a._strides, a._offset) for a in arrays]))
         for step in self.captures.get(key, ()):
             if step.matches():
                 self.captures.move_to_end(key)
