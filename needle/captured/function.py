@@ -145,7 +145,7 @@ class JitFunction:
         lines = [f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): {self.calls} call(s), "
                  f"{self.replays} replay(s), {sum(len(v) for v in self.captures.values())} capture(s)"]
         for key, steps in self.captures.items():
-            shapes = ", ".join(f"{tuple(s)} {d} on {dev}" for s, d, dev, *_ in key[-1]) or "no tensor inputs"
+            shapes = ", ".join(f"{tuple(s)} {d} on {dev}()" for s, d, dev, *_ in key[-1]) or "no tensor inputs"
             for step in steps:
                 lines.append(f"capture for inputs [{shapes}]:")
                 lines.append(step.explain())
