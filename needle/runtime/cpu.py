@@ -6,6 +6,7 @@ it pays).
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import time
 
@@ -284,16 +285,12 @@ def _one_thread_is_faster(workers, key, threads: int, start: float) -> bool:
     return hot is not None and hot * (threads - 1) < workers.lag
 
 
-_GOMP_PARALLEL = []
-
-
+@functools.cache
 def _gomp_parallel():
     """libgomp's GOMP_parallel(fn, data, threads, flags), typed once (plain ints pass)."""
-    if not _GOMP_PARALLEL:
-        fn = jit.gomp().GOMP_parallel
-        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint], None
-        _GOMP_PARALLEL.append(fn)
-    return _GOMP_PARALLEL[0]
+    fn = jit.gomp().GOMP_parallel
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint], None
+    return fn
 
 
 def _launch(kernel, args: _Args, i: int, total: int, threads: int, limits) -> None:
@@ -307,7 +304,7 @@ def _launch(kernel, args: _Args, i: int, total: int, threads: int, limits) -> No
     if threads:
         data, address = workers.block(threads)
         data[0], data[1], data[2], data[3], data[4] = bufs_ptr, params_ptr, total, limits_ptr, args.err_ptr
-        ctypes.memset(address + 40, 0, 8 * threads)  # each thread writes its start time here
+        ctypes.memset(address + 5 * 8, 0, 8 * threads)  # each thread writes its start time here
         _gomp_parallel()(kernel.omp_address, address, threads, 0)
         end = time.perf_counter()
         lag = 0.0
