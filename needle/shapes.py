@@ -114,6 +114,14 @@ def normalize_axes(op: str, axes, ndim: int, shape=None) -> tuple:
     raising AxisError that names `op` and the shape on a bad axis."""
     if axes is None:
         return tuple(range(ndim))
+    if type(axes) is tuple:  # already normalized (a reduction's axes pass here three times per op)?
+        last = -1
+        for a in axes:
+            if type(a) is not int or not last < a < ndim:
+                break
+            last = a
+        else:
+            return axes
     if isinstance(axes, (int,)) or hasattr(axes, "__index__"):
         axes = (axes,)
     elif isinstance(axes, (str, bytes)) or not hasattr(axes, "__iter__"):

@@ -1,12 +1,13 @@
 """shapes.basic_index against numpy's own basic indexing: the ranges and dropped
 axes it returns select what `x[idx]` selects, for random indices of ints and
 slices (the fast path) and for indices with numpy ints, None and ... (the general
-path)."""
+path).  shapes.normalize_axes against numpy's reductions: the axes it returns sum
+what numpy's `sum(axis=...)` sums."""
 import numpy as np
 import pytest
 
-from needle.errors import IndexingError
-from needle.shapes import basic_index, indexed_shape
+from needle.errors import AxisError, IndexingError
+from needle.shapes import basic_index, indexed_shape, normalize_axes
 
 
 def selected(x, idx):
@@ -46,3 +47,24 @@ def test_numpy_ints_none_and_ellipsis_take_the_general_path(idx):
 def test_bad_indices_name_the_op_and_the_shape(idx):
     with pytest.raises(IndexingError, match="getitem"):
         basic_index("getitem", (2, 3), idx)
+
+
+def test_normalize_axes_reduces_what_numpy_reduces():
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        ndim = int(rng.integers(1, 5))
+        x = rng.standard_normal(tuple(int(n) for n in rng.integers(1, 4, size=ndim)))
+        picked = [int(a) for a in rng.choice(np.arange(-ndim, ndim), size=rng.integers(1, ndim + 1), replace=False)]
+        if len({a % ndim for a in picked}) < len(picked):
+            with pytest.raises(AxisError, match="repeated"):
+                normalize_axes("sum", tuple(picked), ndim, x.shape)
+            continue
+        axes = normalize_axes("sum", tuple(picked), ndim, x.shape)
+        assert list(axes) == sorted(axes) and all(0 <= a < ndim for a in axes)
+        np.testing.assert_allclose(x.sum(axis=axes), x.sum(axis=tuple(picked)))
+
+
+@pytest.mark.parametrize("axes", [(3,), (0, 3), (1, 1), (-4,), ("0",)])
+def test_bad_axes_are_refused_with_the_op_named(axes):
+    with pytest.raises(AxisError, match="sum"):
+        normalize_axes("sum", axes, 3, (2, 3, 4))
