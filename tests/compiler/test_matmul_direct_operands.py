@@ -1,7 +1,8 @@
 """Matmul tiling reads small operands straight from their buffers instead of
 packing them (no pack kernel, no copy per call; B's ragged last panel with masked
 loads); values against numpy float64.
-A layer-sized activation (128 x 784) is above A's limit and still packed."""
+A layer-sized activation (128 x 784) is read in place as the forward's A, and packed as
+the weight gradient's transposed A."""
 import numpy as np
 import pytest
 
