@@ -71,25 +71,23 @@ class VectorLoops:
         width = self.vector[1]
         start, stride = self._lane_stride(e.index)
         mty = ir.VectorType(MEMORY_TYPES[dtype], width)
-        if stride == 1 and e.valid is None:
+        suffix = f"v{width}{_TYPE_SUFFIX[dtype]}"
+        if stride == 1:
             ptr = self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype])
-            # only element alignment is known (numpy buffers, offsets into locals)
-            return self._from_memory(self.b.load(ptr, typ=mty, align=_ALIGN[dtype]), dtype)
+            if e.valid is None:  # only element alignment is known (numpy buffers, offsets into locals)
+                return self._from_memory(self.b.load(ptr, typ=mty, align=_ALIGN[dtype]), dtype)
+            name = f"llvm.masked.load.{suffix}.p0"  # guarded contiguous lanes (a ragged last panel)
+        else:
+            lanes = ir.Constant(ir.VectorType(I64, width), [k * stride for k in range(width)])
+            ptr = self.b.gep(base, [self.b.add(self._splat_value(start, width), lanes)],
+                             source_etype=MEMORY_TYPES[dtype])
+            ptr.type = ir.VectorType(PTR, width)  # llvmlite types a vector GEP as a scalar pointer
+            name = f"llvm.masked.gather.{suffix}.v{width}p0"
         mask = self.expr(e.valid) if e.valid is not None else ir.Constant(ir.VectorType(I1, width), [1] * width)
         if not isinstance(mask.type, ir.VectorType):
             mask = self._splat_value(mask, width)
-        if stride == 1:  # guarded contiguous lanes (a matrix's ragged last columns): a masked load
-            ptr = self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype])
-            fn = self._extern(f"llvm.masked.load.v{width}{_TYPE_SUFFIX[dtype]}.p0", mty, [PTR, I32, mask.type, mty])
-            value = self.b.call(fn, [ptr, ir.Constant(I32, _ALIGN[dtype]), mask, ir.Constant(mty, None)])
-            return self._from_memory(value, dtype)
-        lanes = ir.Constant(ir.VectorType(I64, width), [k * stride for k in range(width)])
-        index = self.b.add(self._splat_value(start, width), lanes)
-        ptrs = self.b.gep(base, [index], source_etype=MEMORY_TYPES[dtype])
-        ptrs.type = ir.VectorType(PTR, width)  # llvmlite types a vector GEP as a scalar pointer
-        suffix = f"v{width}{_TYPE_SUFFIX[dtype]}.v{width}p0"
-        fn = self._extern(f"llvm.masked.gather.{suffix}", mty, [ptrs.type, I32, mask.type, mty])
-        value = self.b.call(fn, [ptrs, ir.Constant(I32, _ALIGN[dtype]), mask, ir.Constant(mty, None)])
+        fn = self._extern(name, mty, [ptr.type, I32, mask.type, mty])
+        value = self.b.call(fn, [ptr, ir.Constant(I32, _ALIGN[dtype]), mask, ir.Constant(mty, None)])
         return self._from_memory(value, dtype)
 
     def _vector_store(self, s: K.Store) -> None:
