@@ -171,13 +171,12 @@ class PickGrad(TensorOp):
         self.k = k
 
     def compute(self, g, idx):
+        from .ops_compare import _compare_arrays  # (ops_compare imports this module)
         rows = tuple(g.shape)
         shape = rows + (self.k,)
         column = A.broadcast_to(A.reshape(_ramp(self.k, g.dtype, g), (1,) * len(rows) + (self.k,)), shape)
         labels = idx if idx.dtype == g.dtype else A.astype(idx, g.dtype)
-        hit = column == A.broadcast_to(A.reshape(labels, rows + (1,)), shape)  # 0/1 in g's dtype
-        if A._np(g):
-            hit = hit.astype(g.dtype)
+        hit = _compare_arrays("eq", column, A.broadcast_to(A.reshape(labels, rows + (1,)), shape))  # 0/1
         return A.broadcast_to(A.reshape(g, rows + (1,)), shape) * hit
 
     def gradient(self, out_grad, node):
@@ -195,10 +194,9 @@ def _ramp(n: int, dtype, like):
     key = (n, str(dtype), like.device)
     array = _RAMPS.get(key)
     if array is None:
-        from ..backend_ndarray.ndarray import NDArray
         if len(_RAMPS) >= 64:  # bounded: a few label counts and batch sizes in practice
             _RAMPS.clear()
-        array = _RAMPS[key] = NDArray(np.arange(n, dtype=np_dtype(dtype)), device=like.device, dtype=str(dtype))
+        array = _RAMPS[key] = _on_device(np.arange(n, dtype=np_dtype(dtype)), like.device)
     return _operand(array, like)
 
 
@@ -206,8 +204,12 @@ def host_array(array: np.ndarray, like):
     """A host constant in `like`'s array type (numpy, NDArray, or a lazy buffer)."""
     if A._np(like):
         return array
+    return _operand(_on_device(array, like.device), like)
+
+
+def _on_device(array: np.ndarray, device):
     from ..backend_ndarray.ndarray import NDArray
-    return _operand(NDArray(array, device=like.device, dtype=str(array.dtype)), like)
+    return NDArray(array, device=device, dtype=str(array.dtype))
 
 
 def _operand(array, like):
