@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import NAMES, np_dtype
-from . import numpy_kernels
-from .course_api import CourseKernels, as_buffer
+from . import host_memory, numpy_kernels
+from .course_api import CourseKernels
 from . import ndarray
 from .device_identity import DeviceIdentity
 from .ndarray import NDArray
@@ -57,7 +57,7 @@ class HostDevice(CourseKernels, Device):
 
     # ---- storage ----------------------------------------------------------------------
     def alloc(self, size: int, dtype: str):
-        return as_buffer(np.empty(size, dtype=np_dtype(dtype)))
+        return host_memory.empty(size, np_dtype(dtype))
 
     def storage_size(self, handle) -> int:
         return handle.size

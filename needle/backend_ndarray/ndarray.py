@@ -12,6 +12,7 @@ import numbers
 import numpy as np
 
 from ..dtypes import DTYPES, check_elementwise, dtype_name, np_dtype, require_same
+from . import host_memory
 from .course_api import as_buffer
 from .device_identity import DeviceIdentity
 from .operators import ArrayOperators
@@ -43,7 +44,7 @@ class NDArray(ArrayOperators):
         device = device if device is not None else DEFAULT_DEVICE
         dtype = dtype_name(dtype)
         _check_numeric(other, dtype)
-        arr = np.array(other, dtype=np_dtype(dtype), order="C", copy=True)
+        arr = host_memory.copy_of(other, np_dtype(dtype))
         self._init_from(NDArray.make(arr.shape, device=device, handle=device.from_numpy(arr), dtype=dtype))
 
     def _init_from(self, other: "NDArray") -> None:

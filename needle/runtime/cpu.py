@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from ..backend_ndarray.course_api import Buffer
+from ..backend_ndarray import host_memory
 from ..backend_ndarray.ndarray import NDArray
 from ..dtypes import DTYPES
 from ..errors import BoundsError
@@ -89,8 +89,8 @@ class CompiledSchedule(ScheduleRunner):
         return address(handle) + leaf.offset * handle.itemsize
 
     def new_output(self, size, dtype):
-        buffer = Buffer((max(size, 1),), DTYPES[dtype])
-        return (buffer if size else buffer[:0]), _address_of(buffer)
+        buffer, address = host_memory.empty_with_address(max(size, 1), DTYPES[dtype])
+        return (buffer if size else buffer[:0]), address
 
     def output_array(self, handle, shape, dtype, device, address) -> NDArray:
         out = _host_array(shape, self.output_strides[shape], dtype, device, handle)

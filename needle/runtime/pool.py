@@ -14,6 +14,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import config
+from ..backend_ndarray import host_memory
 from . import counters
 
 
@@ -67,7 +68,7 @@ class BufferPool(IdleBuffers):
         buf = self.take(nbytes)
         if buf is None:
             self.allocations += 1
-            buf = np.empty(nbytes, dtype=np.uint8)
+            buf = host_memory.empty(nbytes, np.uint8)
         return buf
 
     def release(self, buf: np.ndarray) -> None:

@@ -1,0 +1,55 @@
+"""Host storage aligned to a cache line.
+
+numpy's own allocations are 16-byte aligned (a large one is a page plus glibc's
+16-byte header), so a 64-byte vector load of a compiled kernel straddles two cache
+lines at every step and costs two of L1's loads.  Measured in-process on AVX-512,
+2 threads, the same kernels on 64-byte aligned against numpy-aligned buffers: matmul
+256^3 0.84x the time, 128x784x256 0.85x (both read their operands in place), exp
+over 2^20 floats 0.96x.  Small buffers (under ALIGN_MIN_BYTES) span a few lines
+only and keep numpy's cheaper allocation: every kernel output is allocated here.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .course_api import Buffer
+
+ALIGN = 64                # bytes: a cache line, one AVX-512 vector
+ALIGN_MIN_BYTES = 4096    # smaller buffers take numpy's alignment
+
+_CHAR = ctypes.c_char
+
+
+def empty_with_address(size: int, dtype: np.dtype) -> tuple:
+    """(a flat Buffer of `size` elements of numpy `dtype`, its address); the
+    address comes with it because the runtime needs it and reading it back costs
+    as much as the allocation."""
+    nbytes = size * dtype.itemsize
+    if nbytes < ALIGN_MIN_BYTES:
+        buf = Buffer((size,), dtype)
+        return buf, (ctypes.addressof(_CHAR.from_buffer(buf)) if nbytes else buf.ctypes.data)
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = ctypes.addressof(_CHAR.from_buffer(raw))
+    skip = -start % ALIGN
+    return Buffer((size,), dtype, buffer=raw, offset=skip), start + skip
+
+
+def empty(size: int, dtype) -> Buffer:
+    """A flat Buffer of `size` elements, aligned to ALIGN bytes when large."""
+    return empty_with_address(int(size), np.dtype(dtype))[0]
+
+
+def copy_of(values, dtype) -> np.ndarray:
+    """A C-contiguous copy of `values` (an array or nested lists) as numpy `dtype`,
+    in aligned storage when large."""
+    source = np.asarray(values, dtype=dtype)
+    fresh = source is not values and source.base is None  # a conversion made it: no other owner
+    if source.nbytes < ALIGN_MIN_BYTES:
+        return np.array(source, order="C", copy=None if fresh else True)
+    if fresh and source.flags.c_contiguous and source.ctypes.data % ALIGN == 0:
+        return source
+    out = empty(source.size, source.dtype).reshape(source.shape)
+    np.copyto(out, source)
+    return out.view(np.ndarray)
