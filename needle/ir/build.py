@@ -70,7 +70,10 @@ def scalar(value, shape, dtype, device, exponent: bool = False) -> Node:
 
 
 def scalar_value(value, dtype):
-    """`value` as a scalar of `dtype` holds it (what a `param` node carries)."""
+    """`value` as a scalar of `dtype` holds it (what a `param` node carries); the
+    nodes of one RuntimeScalar share its Scalar, so the schedule passes it once."""
+    if isinstance(value, RuntimeScalar) and is_float(dtype):
+        return value.param
     return Scalar(_scalar(value, dtype))
 
 

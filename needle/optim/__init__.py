@@ -47,6 +47,22 @@ class Optimizer:
         self.params: List[Tensor] = _parameter_list(type(self).__name__, params)
         self.lr = _number(type(self).__name__, "lr", lr, low=0.0)
 
+    def _live(self, read):
+        """A hyperparameter expression, re-read at each replay of a step captured by
+        needle.jit (so a learning-rate scheduler works without recapturing).  One
+        RuntimeScalar per expression (the lambda's code and what it closes over) and
+        step, shared by every parameter's update: one kernel argument, read once per
+        replay, not one per parameter (Adam on 28 tensors made 196).  The numpy backend
+        captures nothing, and numpy would promote a float subclass to float64."""
+        if BACKEND == "np":
+            return read()
+        key = (read.__code__, *[c.cell_contents for c in read.__closure__ or ()])
+        scalars = self.__dict__.setdefault("_step_scalars", {})
+        found = scalars.get(key)
+        if found is None:
+            found = scalars[key] = RuntimeScalar(read)
+        return found
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "step" in cls.__dict__:  # a user's own optimizer (course hw2 style)
@@ -55,6 +71,7 @@ class Optimizer:
     def step(self) -> None:
         """Apply one update to every parameter that has a gradient."""
         self._begin_step()
+        self._step_scalars = {}  # this step's values (t, lr) for its run-time scalars
         updated = []
         origin = ir_build.ORIGIN  # dumps and profiles name the update's nodes after the optimizer
         previous, origin.name = origin.name, type(self).__name__
@@ -242,13 +259,6 @@ def _number(name: str, what: str, value, low=None, high=None):
     return value
 
 
-def _live(read):
-    """A hyperparameter expression, re-read at each replay of a step captured by
-    needle.jit (so a learning-rate scheduler works without recapturing).  The numpy
-    backend captures nothing, and numpy would promote a float subclass to float64."""
-    return read() if BACKEND == "np" else RuntimeScalar(read)
-
-
 def _data(t: Tensor):
     """What an update computes on: the tensor's lazy node (lazy mode), NDArray (eager)
     or numpy array (NEEDLE_BACKEND=np).  Updates need no autograd, and array arithmetic
@@ -264,7 +274,7 @@ def _state(array) -> Tensor:
 def _with_weight_decay(grad, param, opt: "Optimizer"):
     """L2 regularization folded into the gradient: grad + wd * p (course and PyTorch)."""
     if opt.weight_decay:
-        return grad + param * _live(lambda: opt.weight_decay)
+        return grad + param * opt._live(lambda: opt.weight_decay)
     return grad
 
 
@@ -291,13 +301,13 @@ class SGD(Optimizer):
     def _update(self, index: int, param, grad):
         grad = _with_weight_decay(grad, param, self)
         if self.momentum:
-            u = grad * _live(lambda: 1 - self.momentum)
+            u = grad * self._live(lambda: 1 - self.momentum)
             if index in self.u:
-                u = _data(self.u[index]) * _live(lambda: self.momentum) + u
+                u = _data(self.u[index]) * self._live(lambda: self.momentum) + u
             self.u[index] = _state(u)
         else:
             u = grad
-        return param - u * _live(lambda: self.lr)
+        return param - u * self._live(lambda: self.lr)
 
     def state_tensors(self) -> List[Tensor]:
         return list(self.u.values())
@@ -336,15 +346,15 @@ class Adam(Optimizer):
 
     def _update(self, index: int, param, grad):
         grad = _with_weight_decay(grad, param, self)
-        m = grad * _live(lambda: 1 - self.beta1)
-        v = (grad ** 2) * _live(lambda: 1 - self.beta2)
+        m = grad * self._live(lambda: 1 - self.beta1)
+        v = (grad ** 2) * self._live(lambda: 1 - self.beta2)
         if index in self.m:
-            m = _data(self.m[index]) * _live(lambda: self.beta1) + m
-            v = _data(self.v[index]) * _live(lambda: self.beta2) + v
+            m = _data(self.m[index]) * self._live(lambda: self.beta1) + m
+            v = _data(self.v[index]) * self._live(lambda: self.beta2) + v
         self.m[index], self.v[index] = _state(m), _state(v)
-        m_hat = m / _live(lambda: 1 - self.beta1 ** self.t)
-        v_hat = v / _live(lambda: 1 - self.beta2 ** self.t)
-        return param - (m_hat / (v_hat ** 0.5 + _live(lambda: self.eps))) * _live(lambda: self.lr)
+        m_hat = m / self._live(lambda: 1 - self.beta1 ** self.t)
+        v_hat = v / self._live(lambda: 1 - self.beta2 ** self.t)
+        return param - (m_hat / (v_hat ** 0.5 + self._live(lambda: self.eps))) * self._live(lambda: self.lr)
 
     def state_tensors(self) -> List[Tensor]:
         return list(self.m.values()) + list(self.v.values())
@@ -376,24 +386,24 @@ class RMSprop(Optimizer):
 
     def _update(self, index: int, param, grad):
         grad = _with_weight_decay(grad, param, self)
-        square_avg = (grad ** 2) * _live(lambda: 1 - self.alpha)
+        square_avg = (grad ** 2) * self._live(lambda: 1 - self.alpha)
         if index in self.square_avg:
-            square_avg = _data(self.square_avg[index]) * _live(lambda: self.alpha) + square_avg
+            square_avg = _data(self.square_avg[index]) * self._live(lambda: self.alpha) + square_avg
         self.square_avg[index] = _state(square_avg)
         if self.centered:
-            grad_avg = grad * _live(lambda: 1 - self.alpha)
+            grad_avg = grad * self._live(lambda: 1 - self.alpha)
             if index in self.grad_avg:
-                grad_avg = _data(self.grad_avg[index]) * _live(lambda: self.alpha) + grad_avg
+                grad_avg = _data(self.grad_avg[index]) * self._live(lambda: self.alpha) + grad_avg
             self.grad_avg[index] = _state(grad_avg)
-            avg = (square_avg - grad_avg ** 2) ** 0.5 + _live(lambda: self.eps)
+            avg = (square_avg - grad_avg ** 2) ** 0.5 + self._live(lambda: self.eps)
         else:
-            avg = square_avg ** 0.5 + _live(lambda: self.eps)
+            avg = square_avg ** 0.5 + self._live(lambda: self.eps)
         step = grad / avg
         if self.momentum:
             if index in self.buf:
-                step = _data(self.buf[index]) * _live(lambda: self.momentum) + step
+                step = _data(self.buf[index]) * self._live(lambda: self.momentum) + step
             self.buf[index] = _state(step)
-        return param - step * _live(lambda: self.lr)
+        return param - step * self._live(lambda: self.lr)
 
     def state_tensors(self) -> List[Tensor]:
         return (list(self.square_avg.values()) + list(self.grad_avg.values())

@@ -270,3 +270,33 @@ def test_training_loop_does_not_accumulate_tensors(make_opt):
         step()
     gc.collect()
     assert ndl.autograd.TENSOR_COUNTER <= before
+
+
+@pytest.mark.parametrize("make_opt, reference, expressions", [
+    (lambda ps: ndl.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
+     lambda ps, gs: sgd_reference(ps, gs, 0.1, 0.9, 0.01), 4),                  # wd, 1 - m, m, lr
+    (lambda ps: ndl.optim.Adam(ps, lr=0.01, weight_decay=0.01),
+     lambda ps, gs: adam_reference(ps, gs, 0.01, 0.9, 0.999, 1e-8, 0.01), 9),   # wd, 1 - b1, 1 - b2, b1, b2,
+])                                                                               # two corrections, eps, lr
+def test_parameters_share_one_run_time_scalar_per_hyperparameter(make_opt, reference, expressions):
+    """A captured step passes each hyperparameter expression once, however many
+    parameters read it (Adam's bias corrections change every step)."""
+    with ndl.lazy(True):
+        params = make_params()
+        start = [p.numpy().astype(np.float64) for p in params]
+        opt = make_opt(params)
+        grads = grad_sequence()
+
+        @ndl.jit
+        def step(*gs):
+            for p, g in zip(params, gs):
+                p.grad = g
+            opt.step()
+
+        for step_grads in grads:
+            step(*[ndl.Tensor(g, requires_grad=False) for g in step_grads])
+        assert step.replays == STEPS - 2
+        (capture,) = [c for steps in step.captures.values() for c in steps]
+        scalars = [s for run in capture.runs for s in getattr(run, "scalars", ())]
+        assert len(scalars) == expressions, len(scalars)
+        assert_params_close(params, reference(start, grads))
