@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 
 from . import autograd
+from .engine.realize import pending_nodes, realize_nodes
 from .errors import DTypeError
 
 
@@ -23,12 +24,15 @@ def realize(*tensors):
 
 
 def realize_values(values) -> None:
-    """Realize the pending data of all `values` in one go."""
-    from .engine.realize import pending_nodes, realize_nodes
-    pending = [n for v in values for n in pending_nodes(v)]
+    """Realize the pending data of all `values` in one go.  (On every step's path, and
+    a replay's results are realized already: those are passed over first.)"""
+    waiting = [v for v in values if (d := v._cached_data) is None or type(d) is tuple or getattr(d, "is_lazy", False)]
+    if not waiting:
+        return
+    pending = [n for v in waiting for n in pending_nodes(v)]
     if pending:
         realize_nodes(pending)
-    for v in values:
+    for v in waiting:
         v.realize_cached_data()
 
 

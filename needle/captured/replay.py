@@ -130,7 +130,10 @@ class CapturedStep:
 
     # ---- replay ----------------------------------------------------------------------------
     def matches(self) -> bool:
-        return all(m.training == f for m, f in zip(self.modules, self.training))
+        for m, training in zip(self.modules, self.training):  # (no generator: every call)
+            if m.training != training:
+                return False
+        return True
 
     def replay(self, arrays: list):
         """Run the captured schedules on this call's input arrays (realized NDArrays)."""
@@ -152,7 +155,7 @@ class CapturedStep:
             if type(run) is _HostRun:
                 outs.append(run.call(leaves))
                 continue
-            scalars = [_Value(s()) if callable(s) else s for s in run.scalars]
+            scalars = [_Value(s()) if callable(s) else s for s in run.scalars] if run.scalars else run.scalars
             outs.append(run.entry.run(leaves, scalars, run.device))
         for find, pos, (where, view, _) in self.holders:
             t = find() if callable(find) else state.in_slot(*find)
@@ -203,7 +206,7 @@ class CapturedStep:
 
 
 def _layout(array) -> tuple:
-    return (array.shape, array.strides, array.offset, array.dtype)
+    return (array._shape, array._strides, array._offset, array._dtype)
 
 
 def _locate(data, outputs):

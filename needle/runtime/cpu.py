@@ -86,7 +86,7 @@ class CompiledSchedule(ScheduleRunner):
 
     def leaf_address(self, leaf) -> int:
         handle = leaf._handle
-        return address(handle) + leaf.offset * handle.itemsize
+        return address(handle) + leaf._offset * handle.itemsize
 
     def new_output(self, size, dtype):
         buffer, address = host_memory.empty_with_address(max(size, 1), DTYPES[dtype])

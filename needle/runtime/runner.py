@@ -71,7 +71,7 @@ class ScheduleRunner:
                 else:  # a slot already allocated for an earlier output (views of one result)
                     handle, address, _ = owned[slot]
                 outputs.append(self.output_array(handle, shape, dtype, device, address))
-            temps = [self.acquire_temp(n) for n in self.schedule.temp_bytes]
+            temps = [self.acquire_temp(n) for n in self.schedule.temp_bytes] if self.temp_slots else ()
             try:
                 for slot, buf in self.temp_slots:
                     slots[slot] = self.temp_address(temps[buf])
