@@ -106,9 +106,6 @@ class CompiledSchedule(ScheduleRunner):
     def temp_address(self, temp) -> int:
         return _address_of(temp)
 
-    def temp_bytes(self, temp) -> int:
-        return temp.size
-
     def prepare(self, args, scalars) -> None:
         """Every kernel's pointer list and parameters, gathered in one numpy operation each."""
         args.ptrs.take(self.slot_matrix, out=args.table)

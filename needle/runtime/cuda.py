@@ -86,9 +86,6 @@ class CompiledSchedule(ScheduleRunner):
     def temp_address(self, temp) -> int:
         return int(temp[0])
 
-    def temp_bytes(self, temp) -> int:
-        return temp[1]
-
     def prepare(self, args, scalars) -> None:
         if self.param_index:
             values = np.array([scalars[i].value for i in self.param_index], dtype=np.float64)

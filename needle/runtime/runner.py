@@ -18,6 +18,9 @@ from ..backend_ndarray.ndarray import NDArray
 from ..dtypes import itemsize
 from . import counters
 
+#: bytes between the starts of a schedule's temps in their block: a cache line
+TEMP_ALIGN = 64
+
 
 class ScheduleRunner:
     """The run loop of a compiled schedule (compiler.schedule.Schedule).  A device
@@ -37,7 +40,13 @@ class ScheduleRunner:
             shape = tuple(int(s) for s in shape)
             self.outputs.append((slot, shape, dtype, math.prod(shape), slot in seen))
             seen.add(slot)
-        self.temp_slots = [(s, kind[1]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
+        # the temps live in one block from the device's pool (one take and one put a run:
+        # an LSTM step has 241 temps), each at an offset a multiple of TEMP_ALIGN
+        offsets, self.temp_total = [], 0
+        for nbytes in schedule.temp_bytes:
+            offsets.append(self.temp_total)
+            self.temp_total += -(-max(nbytes, 1) // TEMP_ALIGN) * TEMP_ALIGN
+        self.temp_slots = [(s, offsets[kind[1]]) for s, kind in schedule.slot_kinds.items() if kind[0] == "temp"]
         self.n_calls = len(schedule.calls)
 
     # ---- hooks ------------------------------------------------------------------------------
@@ -49,7 +58,6 @@ class ScheduleRunner:
     def acquire_temp(self, nbytes: int): raise NotImplementedError
     def release_temp(self, temp) -> None: raise NotImplementedError
     def temp_address(self, temp) -> int: raise NotImplementedError
-    def temp_bytes(self, temp) -> int: raise NotImplementedError
     def prepare(self, args, scalars) -> None: pass                      # after every slot is bound
     def launch_all(self, args) -> bool: return False                    # untimed, unchecked fast path
     def launch(self, args, i: int, limits, timed: bool): raise NotImplementedError  # -> seconds if timed
@@ -71,27 +79,29 @@ class ScheduleRunner:
                 else:  # a slot already allocated for an earlier output (views of one result)
                     handle, address, _ = owned[slot]
                 outputs.append(self.output_array(handle, shape, dtype, device, address))
-            temps = [self.acquire_temp(n) for n in self.schedule.temp_bytes] if self.temp_slots else ()
+            block = self.acquire_temp(self.temp_total) if self.temp_slots else None
             try:
-                for slot, buf in self.temp_slots:
-                    slots[slot] = self.temp_address(temps[buf])
+                if block is not None:
+                    base = self.temp_address(block)
+                    for slot, offset in self.temp_slots:
+                        slots[slot] = base + offset
                 self.prepare(args, scalars)
-                self._launch_every(args, leaves, owned, temps)
+                self._launch_every(args, leaves, owned)
             finally:
-                for t in temps:
-                    self.release_temp(t)
+                if block is not None:
+                    self.release_temp(block)
         finally:
             self.give_args(args)
         counters.add("kernels_launched", self.n_calls)
         return outputs
 
-    def _launch_every(self, args, leaves, owned, temps) -> None:
+    def _launch_every(self, args, leaves, owned) -> None:
         timer = self.timer_of()
         timed = timer is not None or config.DEBUG >= 2
         if not timed and not self.bounds_check and self.launch_all(args):
             return
         for i, call in enumerate(self.schedule.calls):
-            limits = self._limits(call, leaves, owned, temps) if self.bounds_check else None
+            limits = self._limits(call, leaves, owned) if self.bounds_check else None
             t0 = time.perf_counter()
             seconds = self.launch(args, i, limits, timed)
             if timed:
@@ -100,7 +110,7 @@ class ScheduleRunner:
                 if timer is not None:
                     timer(self, i, t0, seconds)
 
-    def _limits(self, call, leaves, owned, temps) -> list:
+    def _limits(self, call, leaves, owned) -> list:
         """[lo, hi) in elements relative to each buffer pointer of `call` (for
         bounds-checked kernels)."""
         limits = []
@@ -112,5 +122,5 @@ class ScheduleRunner:
             elif kind == "out":
                 limits += [0, max(owned[slot][2], 1)]
             else:
-                limits += [0, self.temp_bytes(temps[index]) // itemsize(buf.dtype)]
+                limits += [0, self.schedule.temp_bytes[index] // itemsize(buf.dtype)]
         return limits

@@ -35,3 +35,44 @@ def test_empty_and_scalar_free_outputs():
 
 def ops_exp(x):
     return ndl.ops.exp(x)
+
+
+def test_temps_are_one_block_of_aligned_disjoint_parts(monkeypatch):
+    """A schedule with several intermediate results takes one block from the pool per
+    run; each temp starts on a 64-byte line and no two overlap; values match numpy."""
+    from needle.engine import schedule_cache
+    from needle.runtime import pool
+    rng = np.random.default_rng(1)
+    x_np = rng.standard_normal((48, 40)).astype("float32")
+    w_np = rng.standard_normal((40, 40)).astype("float32")
+
+    def graph(x, w):  # two row reductions and matmuls between elementwise work: stored temps
+        h = ndl.ops.relu(x @ w)
+        e = ndl.ops.exp(h - ndl.ops.broadcast_to(h.max((1,), keepdims=True), h.shape))
+        s = e / ndl.ops.broadcast_to(e.sum((1,), keepdims=True), e.shape)
+        return (s @ w).sum((1,))
+
+    h = np.maximum(x_np.astype(np.float64) @ w_np, 0)
+    e = np.exp(h - h.max(1, keepdims=True))
+    expected = ((e / e.sum(1, keepdims=True)) @ w_np).sum(1)
+    takes = []
+    original = pool.POOL.acquire
+    monkeypatch.setattr(pool.POOL, "acquire", lambda n: (takes.append(n), original(n))[1])
+    for _ in range(3):
+        takes.clear()
+        with ndl.lazy(True):
+            out = graph(ndl.Tensor(x_np, requires_grad=False), ndl.Tensor(w_np, requires_grad=False))
+            got = out.numpy()
+        # float32 sums of 40 terms of size up to sum |w| per row: error 40 * 2^-24 * that
+        bound = 80 * 2.0 ** -24 * np.abs(w_np).sum(0).max() * 2
+        assert np.abs(got - expected).max() <= bound
+        assert len(takes) == 1, takes
+    runners = [e for e, _ in schedule_cache.CACHES["cpu"].entries.entries.values() if e.temp_slots]
+    assert runners
+    for runner in runners:  # each physical temp: its offset in the block and its planned size
+        kinds, offsets = runner.schedule.slot_kinds, dict(runner.temp_slots)
+        spans = sorted({(offsets[slot], offsets[slot] + runner.schedule.temp_bytes[kinds[slot][1]])
+                        for slot in offsets})
+        assert all(start % 64 == 0 for start, _ in spans)
+        assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+        assert spans[-1][1] <= runner.temp_total
