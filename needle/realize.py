@@ -26,7 +26,8 @@ def realize(*tensors):
 def realize_values(values) -> None:
     """Realize the pending data of all `values` in one go.  (On every step's path, and
     a replay's results are realized already: those are passed over first.)"""
-    waiting = [v for v in values if (d := v._cached_data) is None or type(d) is tuple or getattr(d, "is_lazy", False)]
+    waiting = [v for v in values
+               if (d := v._cached_data) is None or type(d) is tuple or getattr(d, "is_lazy", False)]
     if not waiting:
         return
     pending = [n for v in waiting for n in pending_nodes(v)]

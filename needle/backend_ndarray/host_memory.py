@@ -5,8 +5,8 @@ numpy's own allocations are 16-byte aligned (a large one is a page plus glibc's
 lines at every step and costs two of L1's loads.  Measured in-process on AVX-512,
 2 threads, the same kernels on 64-byte aligned against numpy-aligned buffers: matmul
 256^3 0.84x the time, 128x784x256 0.85x (both read their operands in place), exp
-over 2^20 floats 0.96x.  Small buffers (under ALIGN_MIN_BYTES) span a few lines
-only and keep numpy's cheaper allocation: every kernel output is allocated here.
+over 2^20 floats 0.96x.  Every kernel output is allocated here, so small buffers
+(under ALIGN_MIN_BYTES), which span a few lines, keep numpy's cheaper allocation.
 """
 from __future__ import annotations
 
