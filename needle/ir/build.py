@@ -73,7 +73,7 @@ def scalar_value(value, dtype):
     """`value` as a scalar of `dtype` holds it (what a `param` node carries); the
     nodes of one RuntimeScalar share its Scalar, so the schedule passes it once."""
     if isinstance(value, RuntimeScalar) and is_float(dtype):
-        return value.param
+        return value
     return Scalar(_scalar(value, dtype))
 
 

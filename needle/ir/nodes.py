@@ -43,13 +43,17 @@ class RuntimeScalar(float):
     (`needle.jit`): `provider()` recomputes it (an optimizer's learning rate, its
     bias corrections).  Never baked into a kernel, so the kernel serves every value."""
 
-    __slots__ = ("provider", "param")
+    __slots__ = ("provider",)
 
     def __new__(cls, provider):
         self = super().__new__(cls, provider())
         self.provider = provider
-        #: the Scalar of every float `param` node made from it: one run-time slot
-        self.param = Scalar(self)
+        return self
+
+    @property
+    def value(self) -> "RuntimeScalar":
+        """It is its own Scalar (see Scalar): every float `param` node made from it
+        shares one run-time slot."""
         return self
 
 
