@@ -42,14 +42,17 @@ def empty(size: int, dtype) -> Buffer:
 
 
 def copy_of(values, dtype) -> np.ndarray:
-    """A C-contiguous copy of `values` (an array or nested lists) as numpy `dtype`,
-    in aligned storage when large."""
-    source = np.asarray(values, dtype=dtype)
-    fresh = source is not values and source.base is None  # a conversion made it: no other owner
-    if source.nbytes < ALIGN_MIN_BYTES:
-        return np.array(source, order="C", copy=None if fresh else True)
-    if fresh and source.flags.c_contiguous and source.ctypes.data % ALIGN == 0:
-        return source
-    out = empty(source.size, source.dtype).reshape(source.shape)
-    np.copyto(out, source)
+    """A C-contiguous copy of `values` (an array or nested lists) as numpy `dtype`
+    (numpy's casts, as `np.array(values, dtype)`), in aligned storage when large.  An
+    array is cast and copied in one pass."""
+    dtype = np.dtype(dtype)
+    owned = not isinstance(values, np.ndarray)
+    if owned:  # lists and numbers: numpy's conversion makes a new array already
+        values = np.asarray(values, dtype=dtype)
+    if values.size * dtype.itemsize < ALIGN_MIN_BYTES:
+        return np.array(values, dtype=dtype, order="C", copy=None if owned else True)
+    if owned and values.flags.c_contiguous and values.ctypes.data % ALIGN == 0:
+        return values
+    out = empty(values.size, dtype).reshape(values.shape)
+    np.copyto(out, values, casting="unsafe")
     return out.view(np.ndarray)

@@ -31,16 +31,17 @@ def test_many_large_buffers_are_aligned_whatever_malloc_returns():
 
 
 @pytest.mark.parametrize("values", [
-    np.arange(5000, dtype=np.float64).reshape(50, 100),            # converted: float64 -> float32
+    np.arange(5000, dtype=np.float64).reshape(50, 100) * 1.25 - 99.5,  # converted from float64
     np.arange(5000, dtype=np.float32).reshape(100, 50).T,          # not contiguous
     np.arange(8000, dtype=np.float32)[1:],                         # same dtype, 4 bytes past an aligned start
     [[1.5, 2.5], [3.5, 4.5]],                                     # lists
     np.float32(2.0),                                              # 0-d
 ])
-def test_copy_of_matches_numpy_and_never_aliases(values):
-    expected = np.array(values, dtype=np.float32, order="C", copy=True)
-    out = host_memory.copy_of(values, np.dtype(np.float32))
-    assert out.shape == expected.shape and out.dtype == np.float32 and out.flags.c_contiguous
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_copy_of_matches_numpy_and_never_aliases(values, dtype):
+    expected = np.array(values, dtype=dtype, order="C", copy=True)  # numpy's casts (int32 truncates)
+    out = host_memory.copy_of(values, np.dtype(dtype))
+    assert out.shape == expected.shape and out.dtype == dtype and out.flags.c_contiguous
     np.testing.assert_array_equal(out, expected)
     if isinstance(values, np.ndarray):
         assert not np.shares_memory(out, values)
