@@ -116,3 +116,19 @@ def test_an_operand_is_packed_once_per_schedule():
     for x, y in zip(xs, got):
         want = x.numpy().astype(np.float64) @ w.numpy().T
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("panels, threads, busiest", [
+    (64, 2, 32), (128, 2, 64), (98, 2, 49), (100, 4, 25), (32, 2, 16),  # even splits exist: taken
+    (13, 2, 7), (3, 2, 2), (1, 2, 1), (64, 1, 64), (7, 16, 1),
+])
+def test_row_blocks_split_panels_evenly_between_threads(panels, threads, busiest):
+    """Blocks are a multiple of the thread count and at most MC_PANELS panels; every
+    panel is in a block; each thread takes an equal run of blocks, and the busiest
+    thread has as few panels as an even split allows (hand-counted above)."""
+    from needle.compiler.matmul_tiling import MC_PANELS, row_blocks
+    blocks, size = row_blocks(panels, threads)
+    assert blocks % threads == 0 and 1 <= size <= MC_PANELS and blocks * size >= panels
+    per_thread = blocks // threads
+    load = [max(0, min(panels, (t + 1) * per_thread * size) - t * per_thread * size) for t in range(threads)]
+    assert sum(load) == panels and max(load) == busiest
