@@ -18,8 +18,9 @@ from ..backend_ndarray.ndarray import NDArray
 from ..dtypes import itemsize
 from . import counters
 
-#: bytes between the starts of a schedule's temps in their block: a cache line
-TEMP_ALIGN = 64
+#: the starts of a schedule's temps in their block are multiples of this many bytes:
+#: cudaMalloc's alignment (CUDA kernels' loads assume it), four CPU cache lines
+TEMP_ALIGN = 256
 
 
 class ScheduleRunner:
