@@ -52,12 +52,15 @@ class Optimizer:
         needle.jit (so a learning-rate scheduler works without recapturing).  One
         RuntimeScalar per expression (the lambda's code and what it closes over) and
         step, shared by every parameter's update: one kernel argument, read once per
-        replay, not one per parameter (Adam with weight decay on 28 tensors made 252).  The numpy backend
-        captures nothing, and numpy would promote a float subclass to float64."""
+        replay, not one per parameter (Adam with weight decay on 28 tensors made 252).
+        The numpy backend captures nothing, and numpy would promote a float subclass to
+        float64."""
         if BACKEND == "np":
             return read()
+        scalars = self.__dict__.get("_step_scalars")
+        if scalars is None:  # outside step(): nothing to share with
+            return RuntimeScalar(read)
         key = (read.__code__, *[c.cell_contents for c in read.__closure__ or ()])
-        scalars = self.__dict__.setdefault("_step_scalars", {})
         found = scalars.get(key)
         if found is None:
             found = scalars[key] = RuntimeScalar(read)

@@ -104,7 +104,7 @@ class CompiledSchedule(ScheduleRunner):
         POOL.release(temp)
 
     def temp_address(self, temp) -> int:
-        return _address_of(temp)
+        return host_memory.address_of(temp)
 
     def prepare(self, args, scalars) -> None:
         """Every kernel's pointer list and parameters, gathered in one numpy operation each."""
@@ -174,20 +174,9 @@ def address(handle) -> int:
         return handle._needle_address
     except AttributeError:
         pass
-    found = _address_of(handle)
+    found = host_memory.address_of(handle)
     _remember_address(handle, found)
     return found
-
-
-def _address_of(array) -> int:
-    """The address of a writable C-contiguous numpy array: ctypes' view of its
-    buffer costs a third of `array.ctypes.data` (which builds a helper object)."""
-    if not array.nbytes or not array.flags.writeable:
-        return array.ctypes.data
-    return ctypes.addressof(_CHAR.from_buffer(array))
-
-
-_CHAR = ctypes.c_char
 
 
 def _remember_address(handle, value: int) -> None:
