@@ -628,3 +628,17 @@ def test_kernels_ask_for_the_targets_vector_width(vector_bytes):
     defines = [line for line in text.splitlines() if line.startswith("define ")]
     assert defines and all(line.endswith(f'"prefer-vector-width"="{8 * vector_bytes}"') for line in defines)
     assert "prefer-vector-width" not in llvm_codegen.render(kernel, "k_test")
+
+
+@pytest.mark.parametrize("vector_bytes", [64, 32, 0])
+def test_exp_uses_ldexp_only_for_avx512_targets(vector_bytes):
+    """llvm.ldexp is one vscalefps with AVX-512 and a libm call per lane without it,
+    so float32 exp asks for it only when rendered for 64-byte vectors (its values on
+    both paths: test_vecmath_accuracy.py)."""
+    from needle.codegen import llvm as llvm_codegen
+    x = ndl.Tensor(np.ones(64, np.float32), requires_grad=False)
+    with ndl.lazy(True):
+        y = ndl.ops.exp(x)
+    kernel = plan(output_nodes([y]), schedule_cache.cpu_target())[0].calls[0].kernel
+    text = llvm_codegen.render(kernel, "k_test", vector_bytes=vector_bytes)
+    assert ("llvm.ldexp" in text) == (vector_bytes == 64)
