@@ -55,6 +55,8 @@ class ScheduleRunner:
     def give_args(self, args) -> None: pass
     def leaf_address(self, leaf) -> int: raise NotImplementedError
     def new_output(self, size: int, dtype: str): raise NotImplementedError   # (handle, address)
+    def output_for(self, k: int, size: int, dtype: str, args):  # the k-th output's storage this run
+        return self.new_output(size, dtype)
     def output_array(self, handle, shape, dtype: str, device, address: int) -> NDArray: raise NotImplementedError
     def acquire_temp(self, nbytes: int): raise NotImplementedError
     def release_temp(self, temp) -> None: raise NotImplementedError
@@ -72,9 +74,9 @@ class ScheduleRunner:
             for i, leaf in enumerate(leaves):
                 slots[i] = leaf_address(leaf)
             outputs, owned = [], {}
-            for slot, shape, dtype, size, allocated in self.outputs:
+            for k, (slot, shape, dtype, size, allocated) in enumerate(self.outputs):
                 if not allocated:
-                    handle, address = self.new_output(size, dtype)
+                    handle, address = self.output_for(k, size, dtype, args)
                     owned[slot] = (handle, address, size)
                     slots[slot] = address
                 else:  # a slot already allocated for an earlier output (views of one result)

@@ -1,6 +1,7 @@
 """The runner's output plan: each requested output gets an array of its own shape,
 also when several requests are one computed result (or views of it)."""
 import numpy as np
+import pytest
 
 import needle as ndl
 
@@ -83,3 +84,76 @@ def test_temps_are_one_block_of_aligned_disjoint_parts(monkeypatch):
         assert all(start % 64 == 0 for start, _ in spans)
         assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
         assert spans[-1][1] <= runner.temp_total
+
+
+def _address(t) -> int:
+    from needle.runtime import cpu
+    return cpu.address(t.realize_cached_data()._handle)
+
+
+def _doubler(n: int):
+    """A captured x * 2 over n floats, past its capture, and two inputs."""
+    g = ndl.jit(lambda a: a * 2)
+    ones = ndl.Tensor(np.ones(n, np.float32), requires_grad=False)
+    threes = ndl.Tensor(np.full(n, 3, np.float32), requires_grad=False)
+    for _ in range(3):
+        g(ones).realize()
+    return g, ones, threes
+
+
+# 16 floats: a Buffer that owns its memory; 4096: a view of an aligned allocation
+SIZES = [16, 4096]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_an_output_nothing_holds_is_reused_by_the_next_run(n):
+    g, ones, _ = _doubler(n)
+    first = g(ones)
+    address = _address(first)
+    del first
+    again = g(ones)
+    assert _address(again) == address
+    np.testing.assert_array_equal(again.numpy(), np.full(n, 2, np.float32))
+
+
+@pytest.mark.parametrize("hold", ["tensor", "numpy", "numpy slice", "numpy copy of view"])
+@pytest.mark.parametrize("n", SIZES)
+def test_an_output_still_referred_to_is_never_overwritten(n, hold):
+    """Whatever still reads the memory (the Tensor, .numpy()'s zero-copy view, a view of
+    that view) keeps it from the next run; a copy does not."""
+    g, ones, threes = _doubler(n)
+    first = g(ones)
+    address = _address(first)
+    kept = {"tensor": lambda: first, "numpy": lambda: first.numpy(), "numpy slice": lambda: first.numpy()[1:],
+            "numpy copy of view": lambda: first.numpy().copy()}[hold]()
+    del first
+    second = g(threes)
+    np.testing.assert_array_equal(second.numpy(), np.full(n, 6, np.float32))
+    if hold == "numpy copy of view":
+        assert _address(second) == address  # nothing refers to the buffer: reused
+    else:
+        assert _address(second) != address
+        values = kept.numpy() if hold == "tensor" else kept
+        np.testing.assert_array_equal(values, np.full(values.shape, 2, np.float32))
+
+
+def test_kept_outputs_are_bounded_and_freed_with_their_schedule(monkeypatch):
+    import gc
+    from needle.engine import schedule_cache
+    from needle.runtime import cpu
+
+    def drop_schedules():
+        for cache in schedule_cache.CACHES.values():
+            cache.entries.clear()
+        gc.collect()
+    drop_schedules()
+    before = cpu._Spares.total
+    monkeypatch.setattr(cpu, "SPARE_BYTES", before + 4096 * 4)
+    small, ones, _ = _doubler(4096)
+    assert cpu._Spares.total - before == 4096 * 4
+    big, ones_big, _ = _doubler(8192)  # over the bound: runs with a fresh output each time
+    assert cpu._Spares.total - before == 4096 * 4
+    np.testing.assert_array_equal(big(ones_big).numpy(), np.full(8192, 2, np.float32))
+    del small, big
+    drop_schedules()
+    assert cpu._Spares.total == before
