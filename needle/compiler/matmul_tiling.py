@@ -37,15 +37,18 @@ SMALL = 48 ** 3  # below this many multiply-adds (all batches) the plain loop ne
 #: these sizes the packed layout's locality wins (measured: 512^3 and 784x128x256 with a
 #: transposed A ran 15-35% slower unpacked)
 DIRECT_LIMIT = {"a": 1 << 14, "b": 1 << 17}
-#: larger As are read in place when reading them is cheap: up to A_AFFINE_LIMIT elements
-#: when the index is affine in k (no division: a conv's im2col view is packed, its every
-#: read would divide), up to A_ROW_MAJOR_LIMIT when k is the contiguous axis (each of the
-#: tile's MR row streams reads on in memory).  Packing A gathers across its rows on every
-#: call.  In-process A/B against packing, 2 threads: 256^3 0.88-0.91x the time, x.T @ g
-#: 256x128x256 0.88x, 100x784x10 0.63x, 100x784x100 0.86x, 128x784x256 0.93x; single-
-#: threaded 0.86-0.98x.  A transposed A of 100,352 elements (x.T @ g at 784x128x256) ran
-#: 1.07-1.09x, so past A_AFFINE_LIMIT only a row-major A qualifies.
-A_AFFINE_LIMIT, A_ROW_MAJOR_LIMIT = 1 << 16, 1 << 17
+#: a larger A is read in place when reading it is cheap: at any size when k is its
+#: contiguous axis (each of the tile's MR row streams reads on in memory), up to
+#: A_AFFINE_LIMIT elements when its index is otherwise affine in k (no division: a conv's
+#: im2col view is packed, its every read would divide).  Packing A gathers across its rows
+#: on every call, for every K block of every row block, and few B panels share the cost
+#: when N is small.  In-process A/B against packing, one thread: 4096x256x64 0.76x the
+#: time, 2048x4096x64 0.63x, 1024x512x96 0.79x, 1024x1024x256 0.89x, 1024^3 0.96x,
+#: 512^3 0.96x, 2048^3 1.00x; two threads: 1024x1024x256 0.88x, 1024^3 0.90x, 512^3
+#: 0.96-0.99x; with the limit then at 131,072 elements, 256^3 0.88-0.91x, 128x784x256
+#: 0.93x.  A transposed A of 100,352 elements (x.T @ g at 784x128x256) ran 1.07-1.09x,
+#: so past A_AFFINE_LIMIT only a row-major A qualifies.
+A_AFFINE_LIMIT = 1 << 16
 #: a larger B is still read in place when at most this many rows of A reuse it and its rows
 #: lie at most B_ROW_BYTES apart: packing costs a copy of B on every call, more than the
 #: strided reads save when few A panels reuse each B panel (128x784x256: 0.71-0.78x the
@@ -141,12 +144,12 @@ class Tiling:
     def direct(self, operand, rows_first: bool) -> bool:
         """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
         fused computation, which every panel would repeat), no mask, (for B) contiguous
-        along its columns, and small enough to stay in cache, or (for A) cheap to read and
-        not much larger (A_AFFINE_LIMIT, A_ROW_MAJOR_LIMIT), or (for B) reused by few rows
+        along its columns, and small enough to stay in cache, or (for A) row-major, or
+        affine in k and not much larger (A_AFFINE_LIMIT), or (for B) reused by few rows
         of A (FEW_ROWS)."""
         elements = math.prod(operand.shape[-2:])  # one matrix of a stack
         small = elements <= DIRECT_LIMIT["a" if rows_first else "b"]
-        if not small and (elements > A_ROW_MAJOR_LIMIT if rows_first else self.M > FEW_ROWS):
+        if not small and not rows_first and self.M > FEW_ROWS:
             return False
         i, k = K.Var("probe_i"), K.Var("probe_k")
         value = self.make().gen(operand, self.batch_index(K.Const(0)) + ((i, k) if rows_first else (k, i)))

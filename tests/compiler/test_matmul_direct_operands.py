@@ -112,30 +112,35 @@ def test_batched_direct_operands():
     close(y, f64(a) @ f64(b))
 
 
-def test_large_operands_are_packed():
+def macro_kernel(y):
+    schedule, _ = plan(output_nodes([y]), cpu_target())
+    return next(c.kernel for c in schedule.calls if c.kernel.name.startswith("M_"))
+
+
+def test_large_operands_are_packed_but_a_row_major_a():
+    """A large B is packed (PB_); a large A is read in place when its rows run along K,
+    and packed by the macro-kernel (a second output buffer) when they do not."""
     n = 1 << 9
     a, b = tensor(n, 2 * n), tensor(2 * n, n)  # 2**19 elements each, above both limits
     assert a.numpy().size > max(matmul_tiling.DIRECT_LIMIT.values())
-    y = a @ b
-    assert [k[:3] for k in names(y)] == ["PB_", "M_5"]  # the macro-kernel packs A itself
-    close(y, f64(a) @ f64(b))
+    at = tensor(2 * n, n)
+    for y, want, packs_a in ((a @ b, f64(a) @ f64(b), False), (ops.transpose(at) @ b, f64(at).T @ f64(b), True)):
+        assert [k[:3] for k in names(y)] == ["PB_", "M_5"]
+        assert sum(buf.role == "out" for buf in macro_kernel(y).bufs) == 1 + packs_a
+        close(y, want)
 
 
 def test_a_row_major_activation_is_read_in_place_a_transposed_one_packed():
-    """A of 100,352 elements (past A_AFFINE_LIMIT, within A_ROW_MAJOR_LIMIT): read in place
-    when its rows run along K (x @ w), packed when they do not (x.T @ g, a weight's
-    gradient), where the tile's row streams would jump across memory."""
+    """A of 100,352 elements (past A_AFFINE_LIMIT): read in place when its rows run along
+    K (x @ w), packed when they do not (x.T @ g, a weight's gradient), where the tile's
+    row streams would jump across memory."""
     x, w = tensor(128, 784), tensor(784, 256)
     g = tensor(128, 256)
-    assert matmul_tiling.A_AFFINE_LIMIT < x.numpy().size <= matmul_tiling.A_ROW_MAJOR_LIMIT
-
-    def macro(y):
-        schedule, _ = plan(output_nodes([y]), cpu_target())
-        return next(c.kernel for c in schedule.calls if c.kernel.name.startswith("M_"))
+    assert matmul_tiling.A_AFFINE_LIMIT < x.numpy().size
 
     forward, weight_grad = x @ w, ops.transpose(x) @ g
-    assert sum(b.role == "out" for b in macro(forward).bufs) == 1      # C only: A read in place
-    assert sum(b.role == "out" for b in macro(weight_grad).bufs) == 2  # C and the packed A
+    assert sum(b.role == "out" for b in macro_kernel(forward).bufs) == 1      # C only: A read in place
+    assert sum(b.role == "out" for b in macro_kernel(weight_grad).bufs) == 2  # C and the packed A
     close(forward, f64(x) @ f64(w))
     close(weight_grad, f64(x).T @ f64(g))
 

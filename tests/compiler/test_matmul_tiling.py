@@ -48,7 +48,8 @@ def packs_a(macro) -> bool:
 
 def test_packed_panels_are_as_deep_as_k():
     """A packed operand holds BT * MP * K * MR elements when K fits one block."""
-    a, b = tensor(2, 1400, 100), tensor(2, 100, 64)  # A: 140,000 elements a matrix, packed
+    # A: 140,000 elements a matrix, its rows across K (a transpose): packed
+    a, b = ops.transpose(tensor(2, 100, 1400)), tensor(2, 100, 64)
     schedule, _ = plan(output_nodes([a @ b]), cpu_target())
     mr, nr = matmul_tiling.tile_shape("float32", cpu_target().vector_bytes)
     macro = next(c for c in schedule.calls if c.kernel.name.startswith("M_"))
@@ -68,8 +69,9 @@ def test_threads_pack_the_a_panels_they_multiply(threads, monkeypatch):
     monkeypatch.setattr(config, "THREADS", threads)  # the realize below runs on as many
     target = cpu_target()
     assert target.threads == threads
-    # B of 132,000 elements a matrix, reused by 779 rows: packed (matmul_tiling.direct)
-    a, b = tensor(2, 98 * 8 - 5, 400), tensor(2, 400, 330)
+    # B of 132,000 elements a matrix, reused by 779 rows: packed (matmul_tiling.direct);
+    # A's rows run across K (a transpose): packed too
+    a, b = ops.transpose(tensor(2, 400, 98 * 8 - 5)), tensor(2, 400, 330)
     y = a @ b
     schedule, _ = plan(output_nodes([y]), target)
     assert [c.kernel.name[:2] for c in schedule.calls] == ["PB", "M_"]
