@@ -37,12 +37,20 @@ def realize_values(values) -> None:
         v.realize_cached_data()
 
 
-@contextlib.contextmanager
-def lazy(enabled: bool = True):
-    """`with needle.lazy(False):` runs the block eagerly (or lazily with True)."""
-    previous = autograd.LAZY_MODE
-    autograd.LAZY_MODE = bool(enabled) and autograd.BACKEND == "nd"
-    try:
-        yield
-    finally:
-        autograd.LAZY_MODE = previous
+class lazy(contextlib.ContextDecorator):
+    """`with needle.lazy(False):` runs the block eagerly (or lazily with True).  (A
+    class, not a generator: a training loop enters it on every step, and a generator's
+    context manager costs three times as much.)"""
+
+    __slots__ = ("enabled", "previous")
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = bool(enabled)
+        self.previous = []  # a stack: one object may be entered again inside itself
+
+    def __enter__(self):
+        self.previous.append(autograd.LAZY_MODE)
+        autograd.LAZY_MODE = self.enabled and autograd.BACKEND == "nd"
+
+    def __exit__(self, *exc):
+        autograd.LAZY_MODE = self.previous.pop()

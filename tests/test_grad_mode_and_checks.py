@@ -117,3 +117,29 @@ def test_lazy_setitem_after_a_read_is_refused():
     lazy2[1, 0] = 6.0  # a written array can be written again
     np.testing.assert_array_equal(lazy2.numpy(), [[5, 5], [6, 0], [0, 0]])
     np.testing.assert_array_equal(total.numpy(), np.ones((3, 2)))
+
+
+def test_lazy_switch_nests_restores_and_decorates():
+    """needle.lazy restores the mode it found, also after an exception, when one object is
+    entered inside itself, and as a decorator of a recursive function."""
+    from needle import autograd
+    start = autograd.LAZY_MODE
+    off = ndl.lazy(False)
+    with off:
+        assert autograd.LAZY_MODE is False
+        with ndl.lazy(True):
+            assert autograd.LAZY_MODE is True
+            with off:
+                assert autograd.LAZY_MODE is False
+            assert autograd.LAZY_MODE is True
+        assert autograd.LAZY_MODE is False
+    assert autograd.LAZY_MODE == start
+    with pytest.raises(ZeroDivisionError):
+        with ndl.lazy(not start):
+            1 / 0
+    assert autograd.LAZY_MODE == start
+
+    @ndl.lazy(False)
+    def modes(n):
+        return [autograd.LAZY_MODE] + (modes(n - 1) if n else [])
+    assert modes(2) == [False, False, False] and autograd.LAZY_MODE == start
