@@ -53,7 +53,10 @@ A_AFFINE_LIMIT = 1 << 16
 #: lie at most B_ROW_BYTES apart: packing costs a copy of B on every call, more than the
 #: strided reads save when few A panels reuse each B panel (128x784x256: 0.71-0.78x the
 #: packed time, 32x784x256 0.68x, 16x256x1024 0.44x; 384 rows: no gain).  Rows 4 KB apart
-#: share too few cache sets (256x512x1024 ran 1.66x slower in place)
+#: share too few cache sets (256x512x1024 ran 1.66x slower in place); a small B whose rows
+#: lie that far apart is packed too when more rows of A reuse it (in-process A/B, packed
+#: against in place, 1 and 2 threads: 1024x128x1024 0.90x and 0.91x, 512x64x2048 0.80x
+#: and 0.97x, 2048x32x1024 0.86x and 0.89x; 256x96x1024 1.02x and 1.28x, so not there)
 FEW_ROWS, B_ROW_BYTES = 256, 2048
 
 
@@ -144,9 +147,9 @@ class Tiling:
     def direct(self, operand, rows_first: bool) -> bool:
         """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
         fused computation, which every panel would repeat), no mask, (for B) contiguous
-        along its columns, and small enough to stay in cache, or (for A) row-major, or
-        affine in k and not much larger (A_AFFINE_LIMIT), or (for B) reused by few rows
-        of A (FEW_ROWS)."""
+        along its columns, and small enough to stay in cache (for B with rows close
+        enough, or few rows of A), or (for A) row-major, or affine in k and not much
+        larger (A_AFFINE_LIMIT), or (for B) reused by few rows of A (FEW_ROWS)."""
         elements = math.prod(operand.shape[-2:])  # one matrix of a stack
         small = elements <= DIRECT_LIMIT["a" if rows_first else "b"]
         if not small and not rows_first and self.M > FEW_ROWS:
@@ -159,7 +162,10 @@ class Tiling:
         k_stride = _stride(value.index, "probe_k")
         if rows_first:
             return small or k_stride == 1 or (k_stride is not None and elements <= A_AFFINE_LIMIT)
-        return small or 0 < (k_stride or 0) * itemsize(self.m.dtype) <= B_ROW_BYTES
+        row_bytes = (k_stride or 0) * itemsize(self.m.dtype)
+        if small:  # unless its rows share too few cache sets and many rows of A reuse it
+            return row_bytes <= B_ROW_BYTES or self.M <= FEW_ROWS
+        return 0 < row_bytes <= B_ROW_BYTES
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""

@@ -163,3 +163,14 @@ def test_a_large_weight_is_packed_past_the_few_rows_rule(rows, cols):
     y = x @ w
     assert [k[:3] for k in names(y)] == ["PB_", "M_" + str(rows)[0]]
     close(y, f64(x) @ f64(w))
+
+
+@pytest.mark.parametrize("rows, packed", [(matmul_tiling.FEW_ROWS * 2, True), (matmul_tiling.FEW_ROWS, False)])
+def test_a_small_b_with_rows_4kb_apart_is_packed_when_many_rows_reuse_it(rows, packed):
+    """B of 64 x 1024 (within DIRECT_LIMIT, rows 4 KB apart: few cache sets): packed for
+    512 rows of A, read in place for 256."""
+    x, w = tensor(rows, 64), tensor(64, 1024)
+    assert w.numpy().size <= matmul_tiling.DIRECT_LIMIT["b"] and 1024 * 4 > matmul_tiling.B_ROW_BYTES
+    y = x @ w
+    assert [k[:3] for k in names(y)] == ["PB_"] * packed + ["M_" + str(rows)[0]]
+    close(y, f64(x) @ f64(w))
