@@ -98,12 +98,18 @@ class JitFunction:
         key = (_flatten(args, inputs), _flatten(kwargs, inputs) if kwargs else ())
         if self.calls == 1:
             return self.fn(*args, **kwargs)  # warm-up: optimizers create their state
-        arrays = [realized_array(t) for t in inputs]
-        for a in arrays:
-            if a.device.name not in ("cpu", "cuda"):
+        arrays, layouts = [], []  # (one pass: this runs on every call)
+        for t in inputs:
+            a = t._cached_data
+            if getattr(a, "is_lazy", False):
+                a = t.realize_cached_data()
+            # (a device by its name: equal names are equal devices, and a str hashes in C)
+            device = a._device.name
+            if device != "cpu" and device != "cuda":
                 return self.fn(*args, **kwargs)  # cpu_numpy runs op by op in numpy: nothing to capture
-        # (a device by its name: equal names are equal devices, and a str hashes in C)
-        key = (*key, tuple([(a._shape, a._dtype, a._device.name, a._strides, a._offset) for a in arrays]))
+            arrays.append(a)
+            layouts.append((a._shape, a._dtype, device, a._strides, a._offset))
+        key = (*key, tuple(layouts))
         for step in self.captures.get(key, ()):
             if step.matches():
                 self.captures.move_to_end(key)

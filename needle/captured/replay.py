@@ -148,9 +148,15 @@ class CapturedStep:
         for run in self.runs:
             leaves = []
             for where, view, layout in run.leaves:
-                base = _find(where, arrays, outs, draws)
-                if layout is not None and _layout(base) != layout:
-                    return STALE  # state changed layout since the capture: capture again
+                kind = where[0]  # (inputs and earlier outputs inline: the most common)
+                if kind == INPUT:
+                    base = arrays[where[1]]
+                elif kind == OUTPUT:
+                    base = outs[where[1]][where[2]]
+                else:
+                    base = _find(where, arrays, outs, draws)
+                    if layout is not None and _layout(base) != layout:
+                        return STALE  # state changed layout since the capture: capture again
                 leaves.append(base if view is None else base._view(*view))
             if type(run) is _HostRun:
                 outs.append(run.call(leaves))
