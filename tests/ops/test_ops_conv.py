@@ -155,3 +155,46 @@ def test_conv_bad_arguments(device):
         ops.conv(Z, randn((3, 3, 2, 2), device), stride=0)
     with pytest.raises(ValueError, match="padding"):
         ops.conv(Z, randn((3, 3, 2, 2), device), padding=-1)
+
+
+def input_gradient_reference(G, W, z_shape, stride, padding):
+    """dZ by the definition: every output pixel adds G * W back into its window."""
+    N, H, Wd, C = z_shape
+    KH, KW = W.shape[:2]
+    dzp = np.zeros((N, H + 2 * padding, Wd + 2 * padding, C))
+    for i in range(G.shape[1]):
+        for j in range(G.shape[2]):
+            dzp[:, i * stride:i * stride + KH, j * stride:j * stride + KW, :] += np.einsum(
+                "no,abco->nabc", G[:, i, j, :], W)
+    return dzp[:, padding:padding + H, padding:padding + Wd, :]
+
+
+@pytest.mark.parametrize("case", [(1, 8, 8, 3, 2, 3, 2, 1), (2, 9, 7, 2, 3, 3, 2, 1), (1, 11, 10, 2, 2, 7, 4, 3),
+                                  (1, 8, 9, 2, 2, 2, 3, 0), (1, 7, 7, 1, 2, 5, 3, 2), (1, 6, 6, 2, 1, 1, 2, 0)],
+                         ids=_ids([(1, 8, 8, 3, 2, 3, 2, 1), (2, 9, 7, 2, 3, 3, 2, 1), (1, 11, 10, 2, 2, 7, 4, 3),
+                                   (1, 8, 9, 2, 2, 2, 3, 0), (1, 7, 7, 1, 2, 5, 3, 2), (1, 6, 6, 2, 1, 1, 2, 0)]))
+def test_strided_conv_input_gradient_by_phases(device, case):
+    """dZ of a strided conv is s**2 stride-1 correlations with the kernel's taps of each
+    residue, interleaved (odd sizes, kernels smaller than the stride: residues no tap
+    reaches get zero), against the scatter definition; and no dilated out_grad is built."""
+    from needle.ops.ops_conv import conv_input_gradient
+    from needle.ops.ops_movement import Dilate
+    N, H, W, C, O, K, s, p = case
+    Z = randn((N, H, W, C), device)
+    Wt = randn((K, K, C, O), device)
+    y = ops.conv(Z, Wt, stride=s, padding=p)
+    G = randn(y.shape, device)
+    dz = conv_input_gradient(G, Wt, Z.shape, s, ((p, p), (p, p)))
+    want = input_gradient_reference(G.numpy().astype(np.float64), Wt.numpy().astype(np.float64), Z.shape, s, p)
+    scale = input_gradient_reference(np.abs(G.numpy()).astype(np.float64), np.abs(Wt.numpy()).astype(np.float64),
+                                     Z.shape, s, p)
+    eps = np.finfo(dz.numpy().dtype).eps
+    assert np.all(np.abs(dz.numpy() - want) <= 4 * K * K * O * eps * scale + 1e-30)
+    seen, todo = set(), [dz]
+    while todo:
+        t = todo.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        assert not isinstance(t.op, Dilate)
+        todo.extend(t.inputs)
