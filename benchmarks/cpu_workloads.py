@@ -35,11 +35,17 @@ WORKLOADS = {
     "tanh 2^20": ("tanh", {"x": (1 << 20,)}),
     "log 2^20": ("log", {"p": (1 << 20,)}),
     "pow 2^20 (x ** y)": ("pow", {"p": (1 << 20,), "y": (1 << 20,)}),
+    # NHWC input, (K, K, C_in, C_out) weight as in the course; torch takes NCHW / OIHW copies
+    "conv 3x3 64->64 32x32 b16": ("conv", {"z": (16, 32, 32, 64), "w": (3, 3, 64, 64)}),
+    "conv 3x3/2 grads 64->128 b16": ("conv_grad", {"z": (16, 32, 32, 64), "w": (3, 3, 64, 128),
+                                                          "g": (16, 16, 16, 128)}),
     "MLP step 784-256-10 b128": ("mlp", {"x": (128, 784), "labels": ("labels", 128, 10), "w1": (784, 256),
                                          "b1": (256,), "w2": (256, 10), "b2": (10,)}),
 }
 QUICK = ("cross-entropy 4096x1024", "row softmax 4096x1024", "sum over rows 4096^2", "matmul 256",
          "elementwise chain 2^14", "elementwise chain 2^20", "MLP step 784-256-10 b128")
+#: (stride, padding) of the conv families; conv_grad computes dL/dZ and dL/dW given g = dL/d out
+CONV = {"conv": (1, 1), "conv_grad": (2, 1)}
 IMPLEMENTATIONS = ("numpy", "needle-eager", "needle", "needle-jit", "torch", "torch.compile", "jax")
 
 
@@ -84,7 +90,27 @@ def _numpy(impl, family, a):
         dh = (dz @ a["w2"].T) * (h > 0)
         for w, g in ((a["w2"], h.T @ dz), (a["b2"], dz.sum(0)), (a["w1"], x.T @ dh), (a["b1"], dh.sum(0))):
             w -= 0.01 * g
+    def windows():
+        stride, pad = CONV[family]
+        zp = np.pad(a["z"], ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+        k = a["w"].shape[0]
+        return np.lib.stride_tricks.sliding_window_view(zp, (k, k), axis=(1, 2))[:, ::stride, ::stride]
+
+    def conv_grad():  # (N, Ho, Wo, C, kh, kw) windows; dZ by adding each tap's share back
+        stride, pad = CONV[family]
+        cols, g, w = windows(), a["g"], a["w"]
+        dw = np.tensordot(cols, g, axes=([0, 1, 2], [0, 1, 2])).transpose(1, 2, 0, 3)
+        dcols = np.tensordot(g, w, axes=([3], [3]))  # (N, Ho, Wo, kh, kw, C)
+        n, h, wd, c = a["z"].shape
+        dzp = np.zeros((n, h + 2 * pad, wd + 2 * pad, c), np.float32)
+        ho, wo = g.shape[1:3]
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                dzp[:, i:i + stride * ho:stride, j:j + stride * wo:stride] += dcols[:, :, :, i, j]
+        return dzp[:, pad:pad + h, pad:pad + wd], dw
     fns = {
+        "conv": lambda: np.tensordot(windows(), a["w"], axes=([3, 4, 5], [2, 0, 1])),
+        "conv_grad": conv_grad,
         "cross-entropy": lambda: (logsumexp(a["logits"])[:, 0]
                                   - a["logits"][np.arange(len(a["labels"])), a["labels"]]).mean(),
         "softmax": lambda: (lambda e: e / e.sum(1, keepdims=True))(np.exp(a["x"] - a["x"].max(1, keepdims=True))),
@@ -138,12 +164,21 @@ def _needle(impl, family, a):
         t = {k: ndl.Tensor(v, device=ndl.cpu(), requires_grad=False) for k, v in a.items() if k != "labels"}
         if "labels" in a:
             t["labels"] = ndl.Tensor(a["labels"], device=ndl.cpu())
+        if family == "conv_grad":
+            t["z"], t["w"] = (ndl.Tensor(a[k], device=ndl.cpu()) for k in ("z", "w"))
         layernorm = nn.LayerNorm1d(a["x"].shape[1], device=ndl.cpu()) if family == "layernorm" else None
 
     def softmax(x):
         e = ops.exp(x - ops.broadcast_to(x.max((1,), keepdims=True), x.shape))
         return e / ops.broadcast_to(e.sum((1,), keepdims=True), x.shape)
+
+    def conv_grad():
+        y = ops.conv(t["z"], t["w"], *CONV[family])
+        y.backward(t["g"])
+        return [t["z"].grad, t["w"].grad]
     fns = {
+        "conv": lambda: ops.conv(t["z"], t["w"], *CONV[family]),
+        "conv_grad": conv_grad,
         "cross-entropy": lambda: nn.SoftmaxLoss()(t["logits"], t["labels"]),
         "softmax": lambda: softmax(t["x"]),
         "logsoftmax": lambda: ops.logsoftmax(t["x"], axis=1),
@@ -180,6 +215,20 @@ def _torch(impl, family, a):
             F.cross_entropy(forward(t["x"]), t["labels"]).backward()
             opt.step()
         return step
+    if family in CONV:
+        stride, pad = CONV[family]
+        t["z"] = torch.from_numpy(a["z"].transpose(0, 3, 1, 2).copy()).requires_grad_(family == "conv_grad")
+        t["w"] = torch.from_numpy(a["w"].transpose(3, 2, 0, 1).copy()).requires_grad_(family == "conv_grad")
+        conv = lambda z, w: F.conv2d(z, w, stride=stride, padding=pad)  # noqa: E731
+        conv = torch.compile(conv) if impl == "torch.compile" else conv
+        if family == "conv_grad":
+            g = torch.from_numpy(a["g"].transpose(0, 3, 1, 2).copy())
+            return lambda: torch.autograd.grad(conv(t["z"], t["w"]), (t["z"], t["w"]), g)
+
+        def forward():
+            with torch.no_grad():
+                conv(t["z"], t["w"])
+        return forward
     fns = {
         "cross-entropy": lambda logits, labels: F.cross_entropy(logits, labels),
         "softmax": lambda x: torch.softmax(x, 1),
@@ -224,6 +273,17 @@ def _jax(impl, family, a):
         def run():
             state[0] = jax.block_until_ready(step(state[0], t["x"], t["labels"]))
         return run
+    if family in CONV:
+        stride, pad = CONV[family]
+
+        def conv(z, w):
+            return jax.lax.conv_general_dilated(z, w, (stride, stride), ((pad, pad), (pad, pad)),
+                                                dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        if family == "conv_grad":
+            grads = jax.jit(lambda z, w, g: jax.vjp(conv, z, w)[1](g))
+            return lambda: jax.block_until_ready(grads(t["z"], t["w"], t["g"]))
+        forward = jax.jit(conv)
+        return lambda: jax.block_until_ready(forward(t["z"], t["w"]))
     fns = {
         "cross-entropy": lambda logits, labels: jnp.mean(
             jax.nn.logsumexp(logits, 1) - jnp.take_along_axis(logits, labels[:, None], 1)[:, 0]),
