@@ -219,16 +219,17 @@ def _torch(impl, family, a):
         stride, pad = CONV[family]
         t["z"] = torch.from_numpy(a["z"].transpose(0, 3, 1, 2).copy()).requires_grad_(family == "conv_grad")
         t["w"] = torch.from_numpy(a["w"].transpose(3, 2, 0, 1).copy()).requires_grad_(family == "conv_grad")
-        conv = lambda z, w: F.conv2d(z, w, stride=stride, padding=pad)  # noqa: E731
+        def conv(z, w):
+            return F.conv2d(z, w, stride=stride, padding=pad)
         conv = torch.compile(conv) if impl == "torch.compile" else conv
         if family == "conv_grad":
             g = torch.from_numpy(a["g"].transpose(0, 3, 1, 2).copy())
             return lambda: torch.autograd.grad(conv(t["z"], t["w"]), (t["z"], t["w"]), g)
 
-        def forward():
+        def conv_forward():
             with torch.no_grad():
                 conv(t["z"], t["w"])
-        return forward
+        return conv_forward
     fns = {
         "cross-entropy": lambda logits, labels: F.cross_entropy(logits, labels),
         "softmax": lambda x: torch.softmax(x, 1),
