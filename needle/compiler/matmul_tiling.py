@@ -58,14 +58,6 @@ A_AFFINE_LIMIT = 1 << 16
 #: against in place, 1 and 2 threads: 1024x128x1024 0.90x and 0.91x, 512x64x2048 0.80x
 #: and 0.97x, 2048x32x1024 0.86x and 0.89x; 256x96x1024 1.02x and 1.28x, so not there)
 FEW_ROWS, B_ROW_BYTES = 256, 2048
-#: rows farther apart than B_ROW_BYTES are still read in place by at most this many rows
-#: of A when their spacing is not a multiple of SET_SPACING bytes: they then fall in ever
-#: other cache sets (a vocabulary of 1000 columns: 4000 bytes), and packing B on every
-#: call costs more than few panels of A save.  In-process A/B against packing, 2 threads:
-#: 64x320x1000 (an LSTM language model's output-layer weight gradient) 0.62x the time,
-#: 64x2048x1000 0.73x, 128x784x1000 0.79x, 32x1024x3000 0.77x; one thread 0.73-1.08x.
-#: Spacings of 4 KB (1024 columns) kept packing: 128x512x1024 in place took 1.25x (1.6x on one thread)
-FEW_ROWS_SPREAD, SET_SPACING = 128, 256
 
 
 def row_blocks(panels: int, threads: int) -> tuple:
@@ -157,8 +149,7 @@ class Tiling:
         fused computation, which every panel would repeat), no mask, (for B) contiguous
         along its columns, and small enough to stay in cache (for B with rows close
         enough, or few rows of A), or (for A) row-major, or affine in k and not much
-        larger (A_AFFINE_LIMIT), or (for B) reused by few rows of A (FEW_ROWS) with its
-        rows close enough or spread over the cache's sets (FEW_ROWS_SPREAD)."""
+        larger (A_AFFINE_LIMIT), or (for B) reused by few rows of A (FEW_ROWS)."""
         elements = math.prod(operand.shape[-2:])  # one matrix of a stack
         small = elements <= DIRECT_LIMIT["a" if rows_first else "b"]
         if not small and not rows_first and self.M > FEW_ROWS:
@@ -174,8 +165,7 @@ class Tiling:
         row_bytes = (k_stride or 0) * itemsize(self.m.dtype)
         if small:  # unless its rows share too few cache sets and many rows of A reuse it
             return row_bytes <= B_ROW_BYTES or self.M <= FEW_ROWS
-        spread = self.M <= FEW_ROWS_SPREAD and row_bytes % SET_SPACING != 0
-        return 0 < row_bytes and (row_bytes <= B_ROW_BYTES or spread)
+        return 0 < row_bytes <= B_ROW_BYTES
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""

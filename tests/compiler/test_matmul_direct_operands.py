@@ -174,15 +174,3 @@ def test_a_small_b_with_rows_4kb_apart_is_packed_when_many_rows_reuse_it(rows, p
     y = x @ w
     assert [k[:3] for k in names(y)] == ["PB_"] * packed + ["M_" + str(rows)[0]]
     close(y, f64(x) @ f64(w))
-
-
-@pytest.mark.parametrize("cols, packed", [(1000, False), (1024, True)])
-def test_b_with_rows_far_apart_is_read_in_place_by_few_rows_when_they_spread(cols, packed):
-    """B of 320 x cols (past DIRECT_LIMIT, rows more than B_ROW_BYTES apart) times 64 rows
-    of A: read in place when its rows are 4000 bytes apart (they fall in different cache
-    sets), packed when 4096 (every row in the same sets)."""
-    x, w = tensor(64, 320), tensor(320, cols)
-    assert w.numpy().size > matmul_tiling.DIRECT_LIMIT["b"] and 64 <= matmul_tiling.FEW_ROWS_SPREAD
-    y = x @ w
-    assert [k[:3] for k in names(y)] == ["PB_"] * packed + ["M_6"]
-    close(y, f64(x) @ f64(w))
