@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from ..codegen import kernel_ir as K
+from ..dtypes import itemsize
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
 from .kernel_exprs import contains, costly, is_float, power, replace, select
@@ -283,40 +284,64 @@ class Lowering:
 
     def _columns_pay(self) -> bool:
         """Reduce over leading axes while the last (contiguous) axis is kept: then
-        accumulate whole rows into the output, so the inner loop runs along memory."""
+        accumulate whole rows into the output, so the inner loop runs along memory.
+        Several stages (the sum of an LSTM's bias gradients over its time steps, one
+        column sum each, then added) accumulate into rows of their own, kept in L1."""
         g = self.group
         full, axes = g.domain, g.reduce_axes
-        return (len(g.stages) == 1 and g.epilogue() and full and (len(full) - 1) not in axes
-                and full[-1] >= 8 and g.root.dtype == g.stages[0].dtype)
+        if not (g.stages and g.epilogue() and full and (len(full) - 1) not in axes and full[-1] >= 8):
+            return False
+        if len(g.stages) == 1:
+            return g.root.dtype == g.stages[0].dtype
+        return self._column_block() >= 8
+
+    def _column_block(self) -> int:
+        """Columns of one pass: COLUMN_BLOCK for a single stage (its row is the output's),
+        for several what fits their rows in COLUMN_ROWS_BYTES."""
+        g = self.group
+        if len(g.stages) == 1:
+            return COLUMN_BLOCK
+        row_bytes = sum(itemsize(stage.dtype) for stage in g.stages)
+        return COLUMN_ROWS_BYTES // row_bytes // 8 * 8
 
     def reduce_columns(self) -> K.Kernel:
         """out[kept] = identity; for each reduced index: out[kept] op= x[...] (inner
-        loop over the last kept axis, contiguous); then out = epilogue(out)."""
+        loop over the last kept axis, contiguous); then out = epilogue(out).  With
+        several stages, each accumulates into a local row (later stages and the
+        epilogue read the earlier ones' from theirs), and the epilogue is stored."""
         g = self.group
-        full, axes, stage = g.domain, g.reduce_axes, g.stages[0]
+        full, axes = g.domain, g.reduce_axes
         kept, inner = reduce_loops(g)
         outer = kept[:-1]  # the last axis is kept (_columns_pay): it becomes kb and ki
-        block = COLUMN_BLOCK if not outer and full[-1] > COLUMN_BLOCK else full[-1]
+        single = len(g.stages) == 1
+        limit = self._column_block()
+        block = limit if (not outer or not single) and full[-1] > limit else full[-1]
         blocks = -(-full[-1] // block)
         kb, ki = K.Var("kb"), K.Var("ki")
         col = K.affine([(kb, block), (ki, 1)]) if blocks > 1 else ki
         index = domain_index(g)[:-1] + (col,)
         out = self.buffer(self.slot_of(g.root), g.root.dtype, "out")
-        kept_index = tuple(K.Const(0) if d in axes else i for d, i in enumerate(index))
-        at = linear(kept_index, View.contiguous(stage.shape).strides, 0)
         width = K.Binary("min", K.Const(block), K.affine([(kb, -block)], full[-1]), K.INDEX) if blocks > 1 else block
-        current = K.Load(out, at, stage.dtype)
-        body = [K.Loop("ki", width, [K.Store(out, at, K.Const(identity(stage.op, stage.dtype), stage.dtype))])]
-        body += self._column_passes(inner, index, stage, lambda value: [K.Loop("ki", width, [K.Store(
-            out, at, combine(stage.op, current, value, stage.dtype))])])
-        if g.root is not stage:
+        body = []
+        for s, stage in enumerate(g.stages):
+            if single:
+                kept_index = tuple(K.Const(0) if d in axes else i for d, i in enumerate(index))
+                row, at = out, linear(kept_index, View.contiguous(stage.shape).strides, 0)
+            else:
+                row, at = f"row{s}", ki
+                body.append(K.LocalArray(row, stage.dtype, block))
+            current = K.Load(row, at, stage.dtype)
+            body.append(K.Loop("ki", width, [K.Store(row, at, K.Const(identity(stage.op, stage.dtype), stage.dtype))]))
+            body += self._column_passes(inner, index, stage, lambda value: [K.Loop("ki", width, [K.Store(
+                row, at, combine(stage.op, current, value, stage.dtype))])])
             self.accs[id(stage)] = current
-            kept = iter([K.Var(v) for v, _ in outer] + [col])
-            root_index = tuple(K.Const(0) if n == 1 else next(kept) for n in g.root.shape)
+        if g.root is not g.stages[-1] or not single:
+            kept_vars = iter([K.Var(v) for v, _ in outer] + [col])
+            root_index = tuple(K.Const(0) if n == 1 else next(kept_vars) for n in g.root.shape)
+            at = linear(root_index, View.contiguous(g.root.shape).strides, 0)
             body.append(K.Loop("ki", width, [K.Store(out, at, self.gen(g.root, root_index))]))
         loops = ([("kb", blocks)] if blocks > 1 else []) + outer
         return self.kernel(*nest(loops, body), work=math.prod(full))
-
 
     def _column_passes(self, inner, index, stage, update) -> list:
         """The loops over the reduced axes; the innermost one takes ROWS_PER_PASS rows
@@ -343,6 +368,8 @@ class Lowering:
 ROWS_PER_PASS = 4
 #: columns per thread task when a column reduction has no other axis to split
 COLUMN_BLOCK = 1024
+#: bytes of the local rows of a column reduction with several stages (within L1)
+COLUMN_ROWS_BYTES = 32 << 10
 
 
 # ---- helpers ---------------------------------------------------------------------------------

@@ -72,3 +72,33 @@ def test_wide_column_sum_splits_into_column_blocks():
     (kernel,) = kernels_of(y)
     assert kernel.parallel == ("kb", 4)
     np.testing.assert_array_equal(y.numpy(), np.full(x.shape[1], 16.0, np.float32))
+
+
+@pytest.mark.parametrize("shape", [(16, 256), (7, 1030), (4099, 24), (3, 9), (5, 3000, 40)])
+def test_several_column_sums_in_one_kernel_accumulate_in_local_rows(shape):
+    """The sum of column sums of several inputs (an LSTM's bias gradient over its time
+    steps) is one kernel whose stages each keep a local row, the inner loops along
+    memory; odd row counts, widths past one block of rows, a leading kept axis."""
+    xs = [np.random.randn(*shape).astype(np.float32) for _ in range(5)]
+    ts = [ndl.Tensor(x, requires_grad=False) for x in xs]
+    y = ts[0].sum((len(shape) - 2,))
+    for t in ts[1:]:
+        y = y + t.sum((len(shape) - 2,))
+    (kernel,) = kernels_of(y)
+    assert "register row4" in kernel.text()
+    want = sum(x.astype(np.float64).sum(len(shape) - 2) for x in xs)
+    scale = sum(np.abs(x.astype(np.float64)).sum(len(shape) - 2) for x in xs)
+    assert np.all(np.abs(y.numpy() - want) <= 5 * shape[-2] * np.finfo(np.float32).eps * scale)
+
+
+def test_column_logsumexp_reads_its_max_from_the_first_stage_row():
+    """log(sum(exp(x - max))) + max over axis 0: two dependent stages on local rows."""
+    x = (np.random.randn(300, 70) * 20).astype(np.float32)
+    t = ndl.Tensor(x, requires_grad=False)
+    m = t.max((0,))
+    y = ops.log(ops.exp(t - ops.broadcast_to(m.reshape((1, 70)), t.shape)).sum((0,))) + m
+    (kernel,) = kernels_of(y)
+    assert "register row1" in kernel.text()
+    x64 = x.astype(np.float64)
+    m64 = x64.max(0)
+    np.testing.assert_allclose(y.numpy(), np.log(np.exp(x64 - m64).sum(0)) + m64, rtol=1e-5, atol=1e-5)
