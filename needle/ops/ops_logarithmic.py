@@ -5,7 +5,7 @@ from .. import array_api as A
 from ..autograd import TensorOp
 from ..errors import ShapeError, fmt_shape
 from ..shapes import normalize_axes
-from .ops_mathematic import broadcast_to, exp, reshape, summation
+from .ops_mathematic import broadcast_to, exp, log, reshape, summation
 
 
 def _stable_max(z, axes):
@@ -51,8 +51,13 @@ class LogSumExp(TensorOp):
         # softmax from the shifted inputs, not exp(z - node): in float32, node = 1e10 + log 2
         # rounds to 1e10 and exp(z - node) would be 1 instead of 1/2.  The shift is a
         # constant (softmax does not depend on it), so higher-order gradients stay right.
-        shifted = exp(z - broadcast_to(StableMax(axes)(z.detach()), z.shape))
-        softmax = shifted / broadcast_to(summation(shifted, axes, keepdims=True), z.shape)
+        # exp(shifted - log(sum(exp(shifted)))) rather than exp(shifted) / sum: nothing
+        # the size of z is read twice, so the backward is one kernel that sums and then
+        # writes (exp(shifted) / sum had its own kernel store exp(shifted) for the sum's
+        # and the division's kernels), and the sum is the forward's (the same nodes)
+        shifted = z - broadcast_to(StableMax(axes)(z.detach()), z.shape)
+        log_total = log(summation(exp(shifted), axes, keepdims=True))
+        softmax = exp(shifted - broadcast_to(log_total, z.shape))
         return broadcast_to(reshape(out_grad, kept), z.shape) * softmax
 
 
