@@ -54,7 +54,7 @@ class LogSumExp(TensorOp):
         # exp(shifted - log(sum(exp(shifted)))) rather than exp(shifted) / sum: nothing
         # the size of z is read twice, so the backward is one kernel that sums and then
         # writes (exp(shifted) / sum had its own kernel store exp(shifted) for the sum's
-        # and the division's kernels), and the sum is the forward's (the same nodes)
+        # and the division's kernels)
         shifted = z - broadcast_to(StableMax(axes)(z.detach()), z.shape)
         log_total = log(summation(exp(shifted), axes, keepdims=True))
         softmax = exp(shifted - broadcast_to(log_total, z.shape))
