@@ -289,7 +289,8 @@ class Lowering:
         column sum each, then added) accumulate into rows of their own, kept in L1."""
         g = self.group
         full, axes = g.domain, g.reduce_axes
-        if not (g.stages and g.epilogue() and full and (len(full) - 1) not in axes and full[-1] >= 8):
+        if not (g.stages and g.epilogue() and full and (len(full) - 1) not in axes and full[-1] >= 8
+                and math.prod(full[a] for a in axes) > 1):  # (over size-1 axes: a copy)
             return False
         if len(g.stages) == 1:
             return g.root.dtype == g.stages[0].dtype
