@@ -249,7 +249,7 @@ class _Spares:
         return fresh
 
     def __del__(self):
-        _Spares.total -= self.nbytes
+        type(self).total -= self.nbytes  # (not the module's name: gone at interpreter exit)
 
 
 def _references(kept: tuple) -> tuple:
