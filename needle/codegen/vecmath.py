@@ -15,8 +15,8 @@ code): within 1 ulp of the correctly rounded result everywhere.
   2**32 inputs) of the test's results are 1 ulp off (exp(float32(4.55)) = 94.63242
   is correctly rounded; exp's AVX-512 form, see exp_f32, was checked over all 2**32
   again).  fma is required for the error bounds (exp's reduction relies on an exact
-  fma); on a CPU without it llvm.fma is a libm call: correct, slow.  (A float64 evaluation rounded once was correctly rounded but for 3e-6 of
-  inputs, and cost 1.2x-1.6x in fused kernels: half the lanes; sigmoid's cost 1.9x
+  fma); on a CPU without it llvm.fma is a libm call: correct, slow.  (A float64
+  evaluation rounded once was correctly rounded but for 3e-6 of inputs, and cost 1.2x-1.6x in fused kernels: half the lanes; sigmoid's cost 1.9x
   its float32 form.)  sigmoid's plain 1 / (1 + e**-x) in float32 loses up to 3 ulp
   to its roundings: it tracks them (error-free transformations) and corrects its
   one division.

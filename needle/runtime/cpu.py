@@ -103,7 +103,7 @@ class CompiledSchedule(ScheduleRunner):
         """The buffer this output had in the last run if nothing holds it any more, else
         a new one (kept for the next run, within SPARE_BYTES).  A step run again and
         again (a training loop, a replay) then skips the allocation, its Buffer and its
-        address (2-2.5 us of Python an output): a captured 16x32x256 matmul took 15.5-16.5
+        address (2-2.5 us of Python an output): a captured 16x32x256 matmul took 15.5-17
         us a call instead of 19.  Only with the schedule's own tables, which one thread
         holds at a time."""
         if args is not self.tables or not size:

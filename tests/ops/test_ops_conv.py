@@ -169,10 +169,12 @@ def input_gradient_reference(G, W, z_shape, stride, padding):
     return dzp[:, padding:padding + H, padding:padding + Wd, :]
 
 
-@pytest.mark.parametrize("case", [(1, 8, 8, 3, 2, 3, 2, 1), (2, 9, 7, 2, 3, 3, 2, 1), (1, 11, 10, 2, 2, 7, 4, 3),
-                                  (1, 8, 9, 2, 2, 2, 3, 0), (1, 7, 7, 1, 2, 5, 3, 2), (1, 6, 6, 2, 1, 1, 2, 0)],
-                         ids=_ids([(1, 8, 8, 3, 2, 3, 2, 1), (2, 9, 7, 2, 3, 3, 2, 1), (1, 11, 10, 2, 2, 7, 4, 3),
-                                   (1, 8, 9, 2, 2, 2, 3, 0), (1, 7, 7, 1, 2, 5, 3, 2), (1, 6, 6, 2, 1, 1, 2, 0)]))
+# strides 2-4, odd sizes, kernels smaller than the stride (residues no tap reaches)
+STRIDED_CASES = [(1, 8, 8, 3, 2, 3, 2, 1), (2, 9, 7, 2, 3, 3, 2, 1), (1, 11, 10, 2, 2, 7, 4, 3),
+                 (1, 8, 9, 2, 2, 2, 3, 0), (1, 7, 7, 1, 2, 5, 3, 2), (1, 6, 6, 2, 1, 1, 2, 0)]
+
+
+@pytest.mark.parametrize("case", STRIDED_CASES, ids=_ids(STRIDED_CASES))
 def test_strided_conv_input_gradient_by_phases(device, case):
     """dZ of a strided conv is s**2 stride-1 correlations with the kernel's taps of each
     residue, interleaved (odd sizes, kernels smaller than the stride: residues no tap
