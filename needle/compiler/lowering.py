@@ -21,7 +21,7 @@ from ..codegen import kernel_ir as K
 from ..dtypes import itemsize
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
-from .kernel_exprs import contains, costly, is_float, power, replace, select
+from .kernel_exprs import contains, costly, is_float, power, replace, select, unravel
 from .views import View
 
 
@@ -130,6 +130,9 @@ class Lowering:
         if view.empty:
             return K.Const(0, base.dtype)
         valid = mask_expr(view, index)
+        if base.op == "copy" and id(base) not in self.stored:  # a conv's windows, read in place
+            value = self.gen(base.srcs[0], unravel(linear(index, view.strides, view.offset), base.shape))
+            return value if valid is None else select(valid, value, K.Const(0, base.dtype), base.dtype)
         if base.op in ("const", "param"):
             value = self.gen(base, ())
             return value if valid is None else select(valid, value, K.Const(0, base.dtype), base.dtype)

@@ -101,7 +101,7 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
     signature = signature or structure(outputs)
     leaves, leaf_ids, scalars, scalar_ids = (signature.leaves, signature.leaf_ids, signature.scalars,
                                              signature.scalar_ids)
-    fused = fuse(merge_common(fold_views(outputs)))
+    fused = fuse(merge_common(fold_views(outputs)), read_windows=target.name == "cpu")
     slot_of_node = {}
     slot_kinds = {i: ("leaf", i) for i in range(len(leaves))}
     next_slot = len(leaves)

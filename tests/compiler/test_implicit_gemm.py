@@ -1,0 +1,129 @@
+"""A convolution's matmul reads the input's windows in place (the implicit GEMM): no
+im2col copy is stored, each tile reads a run of input channels per kernel tap, and a
+tap that reads padding for some of the tile's rows zero-fills those rows.  Values
+against a numpy float64 convolution written out tap by tap; planned and run for each
+SIMD width the host can execute."""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import ops
+from needle.compiler import fusion
+from needle.compiler.schedule import plan, structure
+from needle.engine import schedule_cache
+from needle.engine.schedule_cache import cpu_target
+from needle.ir.printer import output_nodes
+
+
+@pytest.fixture(autouse=True)
+def lazy():
+    with ndl.lazy():
+        yield
+
+
+def conv_reference(z, w, stride: int, pad: int):
+    """sum over taps (a, b) of the padded input's strided slice times w[a, b], in float64."""
+    zp = np.pad(z.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    kh, kw = w.shape[:2]
+    ho, wo = (zp.shape[1] - kh) // stride + 1, (zp.shape[2] - kw) // stride + 1
+    out = np.zeros((z.shape[0], ho, wo, w.shape[3]))
+    for a in range(kh):
+        for b in range(kw):
+            window = zp[:, a:a + (ho - 1) * stride + 1:stride, b:b + (wo - 1) * stride + 1:stride]
+            out += np.einsum("nhwc,co->nhwo", window, w[a, b].astype(np.float64))
+    return out, (kh * kw * z.shape[3])
+
+
+def check(got, z, w, stride, pad):
+    want, depth = conv_reference(z, w, stride, pad)
+    scale, _ = conv_reference(np.abs(z), np.abs(w), stride, pad)
+    # float32 dot products of `depth` terms: |error| <= depth * eps * sum |z w|
+    eps = np.finfo(got.dtype).eps
+    assert np.all(np.abs(got - want) <= depth * eps * scale + 1e-30), np.abs(got - want).max()
+
+
+def data(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+CASES = [  # N, H, W, C_in, K, C_out, stride, padding
+    (16, 32, 32, 64, 3, 64, 1, 1),   # K = 576: a block of 8 taps and one of 1; border taps masked
+    (2, 9, 11, 24, 3, 20, 2, 1),     # stride 2, ragged rows and columns
+    (3, 8, 8, 130, 3, 40, 1, 1),     # runs of 130 channels: 3 taps a block
+    (2, 7, 7, 520, 3, 17, 1, 1),     # a run longer than a K block: one tap a block
+    (4, 12, 10, 32, 5, 48, 2, 2),    # 5x5 taps
+    (2, 10, 10, 16, 3, 33, 1, 0),    # no padding: no masked taps
+]
+
+
+@pytest.mark.parametrize("vector_bytes", [64, 32, 16])
+@pytest.mark.parametrize("n, h, w_, c, k, o, stride, pad", CASES)
+def test_conv_reads_its_windows_in_place(vector_bytes, n, h, w_, c, k, o, stride, pad):
+    host = cpu_target()
+    target = host.with_vector_bytes(vector_bytes)
+    if not target.can_run_on(host):
+        pytest.skip(f"this host cannot run {vector_bytes}-byte SIMD code")
+    z, w = data((n, h, w_, c)), data((k, k, c, o), seed=1)
+    y = ops.conv(ndl.Tensor(z), ndl.Tensor(w), stride, pad)
+    nodes = output_nodes([y])
+    signature = structure(nodes)
+    schedule, fused = plan(nodes, target, signature)
+    assert not any(n.op == "copy" and id(n) in fused.stored for n in fused.order), "an im2col copy was stored"
+    assert [c.kernel.name[0] for c in schedule.calls if not c.kernel.name.startswith("PB_")] == ["M"]
+    (out,) = schedule_cache.compile_schedule(schedule, target).run(signature.leaves, signature.scalars, ndl.cpu())
+    check(out.numpy(), z, w, stride, pad)
+
+
+def test_float64_conv_reads_its_windows_in_place():
+    z, w = data((2, 9, 9, 24), np.float64), data((3, 3, 24, 20), np.float64, seed=1)
+    y = ops.conv(ndl.Tensor(z, dtype="float64"), ndl.Tensor(w, dtype="float64"), 1, 1)
+    check(y.numpy(), z, w, 1, 1)
+
+
+def test_small_conv_reads_its_windows_through_the_plain_loop_nest():
+    """Too little work for tiling: the plain loop nest reads the same unstored windows
+    (each element's position divided out of the matmul's row and depth)."""
+    z, w = data((1, 4, 4, 16)), data((3, 3, 16, 4), seed=1)
+    y = ops.conv(ndl.Tensor(z), ndl.Tensor(w), 1, 1)
+    _, fused = plan(output_nodes([y]), cpu_target())
+    assert not any(n.op == "copy" and id(n) in fused.stored for n in fused.order)
+    check(y.numpy(), z, w, 1, 1)
+
+
+@pytest.mark.parametrize("c, o, stored", [
+    (3, 16, True),                              # an RGB image's 3-channel runs: the copy is packed
+    (32, fusion.WINDOW_COLUMNS + 1, True),      # more output channels than read the windows in place
+    (32, 16, False),
+])
+def test_which_convs_store_their_im2col_copy(c, o, stored):
+    z, w = data((2, 12, 12, c)), data((3, 3, c, o), seed=1)
+    y = ops.conv(ndl.Tensor(z), ndl.Tensor(w), 1, 1)
+    _, fused = plan(output_nodes([y]), cpu_target())
+    assert any(n.op == "copy" and id(n) in fused.stored for n in fused.order) == stored
+    check(y.numpy(), z, w, 1, 1)
+
+
+def test_a_copy_shared_with_the_weight_gradient_is_stored_and_read():
+    """Forward and gradients in one schedule: the weight gradient reads the windows
+    transposed (packed from the stored copy), so the forward reads that copy too; the
+    input gradient (a conv of the output gradient, 24 channels, with the flipped
+    weight) reads its own windows in place, while the flipped weight's copy, its B,
+    stays stored."""
+    z = ndl.Tensor(data((4, 10, 10, 32)), requires_grad=True)
+    w = ndl.Tensor(data((3, 3, 32, 24), seed=1), requires_grad=True)
+    y = ops.conv(z, w, 1, 1)
+    g = data(y.shape, seed=2)
+    y.backward(ndl.Tensor(g))
+    _, fused = plan(output_nodes([y, w.grad, z.grad]), cpu_target())
+    stored = [n.shape for n in fused.order if n.op == "copy" and id(n) in fused.stored]
+    assert sorted(stored) == [(3, 3, 24, 32), (4, 10, 10, 3, 3, 32)], stored
+    got_y, got_dw, got_dz = (t.numpy() for t in ndl.realize(y, w.grad, z.grad))
+    check(got_y, z.numpy(), w.numpy(), 1, 1)
+    flipped = np.transpose(w.numpy()[::-1, ::-1], (0, 1, 3, 2))  # dZ = conv(g, flipped w), padding 1
+    check(got_dz, g, flipped, 1, 1)
+    zp = np.pad(z.numpy().astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want_dw = np.stack([np.stack([np.einsum("nhwc,nhwo->co", zp[:, a:a + 10, b:b + 10], g)
+                                  for b in range(3)]) for a in range(3)])
+    bound = 400 * np.finfo(np.float32).eps * np.stack([np.stack([
+        np.einsum("nhwc,nhwo->co", np.abs(zp[:, a:a + 10, b:b + 10]), np.abs(g)) for b in range(3)]) for a in range(3)])
+    assert np.all(np.abs(got_dw - want_dw) <= bound)
