@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..ir.nodes import ELEMENTWISE, REDUCE, toposort
 from .cost import CHEAP_OPS, MAX_KERNEL_OPS, subtree_cost
-from .view_folding import FoldedGraph
+from .view_folding import WINDOW_RUN, FoldedGraph
 from .views import View
 
 LEAVES = ("buffer", "const", "param")
@@ -141,14 +141,13 @@ def fuse(folded: FoldedGraph, read_windows: bool = False) -> FusedGraph:
     return FusedGraph(folded, kernels, f.stored, f.reasons, f.order, f.outputs)
 
 
-#: the shortest run of a window's contiguous last axis (a conv's input channels) that a
-#: matmul reads in place: each run is one kernel tap's stretch of the depth loop, and
-#: shorter runs (an RGB image's 3 channels) are packed from a stored im2col copy instead.
-#: Up to WINDOW_COLUMNS output channels: every tile of NR of them reads the windows
-#: again, where a packed copy is read from cache.  In-process A/B against the stored
-#: copy, 2 threads, AVX2, (N, H, C_in, C_out) 3x3: 16x32x64x64 0.80x the time (no
-#: padding 0.76x), 16x16x128x128 0.90-0.98x, 16x8x128x128 1.03x, 16x8x256x256 1.07x
-WINDOW_RUN, WINDOW_COLUMNS = 16, 128
+#: matmuls of at most this many output channels read a conv's windows in place
+#: (runs of at least view_folding.WINDOW_RUN channels, each run one kernel tap's
+#: stretch of the depth loop): every tile of NR of them reads the windows again,
+#: where a packed copy is read from cache.  In-process A/B against the stored copy,
+#: 2 threads, AVX2, (N, H, C_in, C_out) 3x3: 16x32x64x64 0.80x the time (no padding
+#: 0.76x), 16x16x128x128 0.90-0.98x, 16x8x128x128 1.03x, 16x8x256x256 1.07x
+WINDOW_COLUMNS = 128
 
 
 def window_operand(m):
@@ -257,7 +256,7 @@ class _Fusion:
             if n.op != "copy" or id(n) not in self.stored or id(n) in self.out_ids:
                 continue
             reads = [(v, m) for v in self.consumers[id(n)] for m in self.consumers[id(v)]]
-            if reads and all(m.srcs[0] is v and m.srcs[1] is not v and window_operand(m) is not None
+            if reads and all(window_operand(m) is not None and m.srcs[0] is v and m.srcs[1] is not v
                              for v, m in reads):
                 self.stored.discard(id(n))
                 self.reasons[id(n)] = "not stored: the matmul reads the windows in place (implicit GEMM)"

@@ -21,9 +21,17 @@ the pass decided to store, with the reason.  A `gather` read as is stays inline
 """
 from __future__ import annotations
 
+import math
+
 from ..ir.nodes import ELEMENTWISE, MOVEMENT, Node
 from .cost import CHEAP_OPS, subtree_cost
 from .views import View
+
+#: the shortest run of channels (a window's contiguous last axis) that a conv's matmul
+#: reads in place (fusion.window_operand); shorter runs (an RGB image's 3 channels)
+#: are packed from a stored im2col copy
+WINDOW_RUN = 16
+
 
 class FoldedGraph:
     """The result of view folding: new output nodes, and why nodes are stored."""
@@ -81,7 +89,7 @@ class _Folder:
         if n.op in MOVEMENT:
             return [(n.srcs[0], ((n.op, n.arg),) + ch)]
         if n.op in ELEMENTWISE and self._pushable(n, ch):
-            k = first_inexpressible(n.shape, ch)
+            k, _ = split_point(n.shape, ch)
             if k is not None:  # push the expressible part, store, read the copy
                 return [(n, ch[:k])]
             return [(s, ch) for s in n.srcs]
@@ -97,11 +105,10 @@ class _Folder:
         if n.op in MOVEMENT:
             return memo[(id(n.srcs[0]), ((n.op, n.arg),) + ch)]
         if n.op in ELEMENTWISE and self._pushable(n, ch):
-            k = first_inexpressible(n.shape, ch)
+            k, why = split_point(n.shape, ch)
             if k is not None:
                 partial = memo[(id(n), ch[:k])]
-                return self._apply(self._copy(partial, f"{ch[k][0]} {ch[k][1]} cannot be expressed "
-                                                      f"as a view of {partial.shape}"), ch[k:])
+                return self._apply(self._copy(partial, why.format(shape=partial.shape)), ch[k:])
             srcs = tuple(memo[(id(s), ch)] for s in n.srcs)
             shape = srcs[0].shape if srcs else n.shape
             out = Node(n.op, srcs, n.arg, shape, n.dtype, n.device, n.origin)
@@ -130,6 +137,10 @@ class _Folder:
         for an unmasked scalar)."""
         view = base_view(base)
         for k, (op, arg) in enumerate(chain):
+            if view.strides[-1:] != (1,) and reads_windows(view, op, arg):  # NCHW data's channels: a run apart
+                copy = self._copy(self._view_node(base, view), "stored with its channels contiguous before its "
+                                                               "windows are read: the conv's matmul reads them in place")
+                return self._apply(copy, chain[k:])
             moved = move(view, op, arg)
             if moved is None:  # not expressible: store what we have, continue on the copy
                 copy = self._copy(self._view_node(base, view), f"{op} {arg} cannot be expressed as a view of {view}")
@@ -147,6 +158,34 @@ class _Folder:
     @staticmethod
     def _view_node(base, view):
         return Node("view", (base,), view, view.shape, base.dtype, base.device, base.origin)
+
+
+def split_point(shape, chain) -> tuple:
+    """(k, reason): pushing `chain` into an elementwise node of `shape` stops before
+    op k, and the node read through ops[:k] is stored (a copy; `reason` names why,
+    with a {shape} field for the copy's), or (None, None) when the whole chain goes
+    down.  It stops at an op no view can express, and at a window that reads each
+    element up to its kernel's size times along runs of at least WINDOW_RUN
+    channels (a conv of a computed activation): then the activation is stored once,
+    in the windows' layout and padded, and the conv's matmul reads the windows in
+    place from it (implicit GEMM, no masked taps) instead of an im2col copy that
+    computes the expression at every window position."""
+    view = View.contiguous(shape)
+    for k, (op, arg) in enumerate(chain):
+        if reads_windows(view, op, arg):
+            return k, "stored before its windows are read (each element up to " \
+                      f"{math.prod(arg[1])} times): the conv's matmul reads them in place"
+        view = move(view, op, arg)
+        if view is None:
+            return k, f"{op} {arg} cannot be expressed as a view of {{shape}}"
+    return None, None
+
+
+def reads_windows(view: View, op: str, arg) -> bool:
+    """Whether movement op (op, arg) on `view` takes overlapping windows (a conv's)
+    along runs of at least WINDOW_RUN elements of the last axis."""
+    return op == "window" and math.prod(arg[1]) > 1 and view.ndim - 1 not in arg[0] and \
+        view.shape[-1] >= WINDOW_RUN
 
 
 def first_inexpressible(shape, chain):

@@ -127,3 +127,28 @@ def test_a_copy_shared_with_the_weight_gradient_is_stored_and_read():
     bound = 400 * np.finfo(np.float32).eps * np.stack([np.stack([
         np.einsum("nhwc,nhwo->co", np.abs(zp[:, a:a + 10, b:b + 10]), np.abs(g)) for b in range(3)]) for a in range(3)])
     assert np.all(np.abs(got_dw - want_dw) <= bound)
+
+
+def test_channels_first_network_reads_its_windows_in_place():
+    """Two nn.Conv layers on NCHW data, a ReLU between (a network's forward in eval):
+    the input is stored channels-last and padded, the ReLU's output likewise (computed
+    once, not at each of its 9 window positions), and neither conv stores an im2col
+    copy.  Values against numpy float64, with the first layer's rounding carried
+    through the second in the bound."""
+    from needle import nn
+    conv1, conv2 = nn.Conv(16, 24, 3), nn.Conv(24, 20, 3)
+    x = data((2, 16, 9, 9))
+    y = conv2(ops.relu(conv1(ndl.Tensor(x))))
+    _, fused = plan(output_nodes([y]), cpu_target())
+    stored = sorted(n.shape for n in fused.order if n.op == "copy" and id(n) in fused.stored)
+    assert stored == [(2, 11, 11, 16), (2, 11, 11, 24)], stored
+    w1, b1, w2, b2 = (t.numpy() for t in (conv1.weight, conv1.bias, conv2.weight, conv2.bias))
+    h, d1 = conv_reference(x.transpose(0, 2, 3, 1), w1, 1, 1)
+    h_scale = conv_reference(np.abs(x.transpose(0, 2, 3, 1)), np.abs(w1), 1, 1)[0] + np.abs(b1)
+    h = np.maximum(h + b1, 0)
+    want, d2 = conv_reference(h, w2, 1, 1)
+    eps = np.finfo(np.float32).eps
+    bound = conv_reference((d1 + 1) * eps * h_scale, np.abs(w2), 1, 1)[0] + \
+        (d2 + 1) * eps * (conv_reference(h, np.abs(w2), 1, 1)[0] + np.abs(b2))
+    got = y.numpy().transpose(0, 2, 3, 1)
+    assert np.all(np.abs(got - (want + b2)) <= bound)

@@ -215,3 +215,29 @@ def test_movement_of_a_reduction_reads_the_stored_result():
     folded = fold_and_check([out])
     views = [v for v in ops_of(folded, "view") if v.srcs[0].op == "reduce_sum"]
     assert len(views) == 1 and views[0].arg.strides == (1, 0)
+
+
+@pytest.mark.parametrize("channels, stored", [(16, True), (3, False)])
+def test_a_computed_activation_is_stored_padded_before_its_windows(channels, stored):
+    """exp(x) padded and read through 3x3 windows (a conv of a computed activation):
+    with runs of >= 16 channels the padded activation is stored once (the conv's
+    matmul reads the windows in place from it, unmasked), with 3 the windows read
+    the expression through the im2col copy as before."""
+    x = leaf(randn(2, 6, 6, channels))
+    padded = build.pad(build.elementwise("exp", x), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    windows = build.window(padded, (1, 2), (3, 3), 1)
+    out = build.reshape(windows, (2 * 6 * 6, 9 * channels))
+    folded = fold_and_check([out])
+    shapes = [n.shape for n in ops_of(folded, "copy")]
+    assert ((2, 8, 8, channels) in shapes) == stored, shapes
+    assert (2, 6, 6, 3, 3, channels) in shapes  # the im2col copy (fusion decides whether it is stored)
+
+
+def test_channels_first_data_is_stored_channels_last_before_its_windows():
+    """NCHW data permuted to NHWC and windowed: its channels lie H*W apart, so the
+    permuted, padded data is stored first and the windows read contiguous runs."""
+    x = leaf(randn(2, 16, 5, 5))
+    nhwc = build.pad(build.permute(x, (0, 2, 3, 1)), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    out = build.reshape(build.window(nhwc, (1, 2), (3, 3), 1), (2 * 5 * 5, 9 * 16))
+    folded = fold_and_check([out])
+    assert sorted(n.shape for n in ops_of(folded, "copy")) == [(2, 5, 5, 3, 3, 16), (2, 7, 7, 16)]
