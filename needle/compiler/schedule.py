@@ -101,7 +101,8 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
     signature = signature or structure(outputs)
     leaves, leaf_ids, scalars, scalar_ids = (signature.leaves, signature.leaf_ids, signature.scalars,
                                              signature.scalar_ids)
-    fused = fuse(merge_common(fold_views(outputs)), read_windows=target.name == "cpu")
+    read_windows = target.name == "cpu"  # the CPU's matmuls read a conv's windows in place
+    fused = fuse(merge_common(fold_views(outputs, read_windows)), read_windows)
     slot_of_node = {}
     slot_kinds = {i: ("leaf", i) for i in range(len(leaves))}
     next_slot = len(leaves)

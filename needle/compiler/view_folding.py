@@ -41,8 +41,11 @@ class FoldedGraph:
         self.reasons = reasons  # {id(node): reason} for nodes the pass chose to store
 
 
-def fold_views(outputs) -> FoldedGraph:
-    return _Folder(outputs).run()
+def fold_views(outputs, read_windows: bool = False) -> FoldedGraph:
+    """`read_windows`: the target's matmuls read a conv's windows in place, so
+    windows are read from a stored copy of a computed or channels-first source
+    (`split_point`)."""
+    return _Folder(outputs, read_windows).run()
 
 
 def consumer_counts(outputs) -> dict:
@@ -55,8 +58,9 @@ def consumer_counts(outputs) -> dict:
 
 
 class _Folder:
-    def __init__(self, outputs):
+    def __init__(self, outputs, read_windows: bool):
         self.outputs = outputs
+        self.read_windows = read_windows
         self.consumers = consumer_counts(outputs)
         self.memo = {}
         self.bases = {}
@@ -89,7 +93,7 @@ class _Folder:
         if n.op in MOVEMENT:
             return [(n.srcs[0], ((n.op, n.arg),) + ch)]
         if n.op in ELEMENTWISE and self._pushable(n, ch):
-            k, _ = split_point(n.shape, ch)
+            k, _ = split_point(n.shape, ch, self.read_windows)
             if k is not None:  # push the expressible part, store, read the copy
                 return [(n, ch[:k])]
             return [(s, ch) for s in n.srcs]
@@ -105,7 +109,7 @@ class _Folder:
         if n.op in MOVEMENT:
             return memo[(id(n.srcs[0]), ((n.op, n.arg),) + ch)]
         if n.op in ELEMENTWISE and self._pushable(n, ch):
-            k, why = split_point(n.shape, ch)
+            k, why = split_point(n.shape, ch, self.read_windows)
             if k is not None:
                 partial = memo[(id(n), ch[:k])]
                 return self._apply(self._copy(partial, why.format(shape=partial.shape)), ch[k:])
@@ -137,7 +141,7 @@ class _Folder:
         for an unmasked scalar)."""
         view = base_view(base)
         for k, (op, arg) in enumerate(chain):
-            if view.strides[-1:] != (1,) and reads_windows(view, op, arg):  # NCHW data's channels: a run apart
+            if self.read_windows and view.strides[-1:] != (1,) and reads_windows(view, op, arg):  # NCHW data
                 copy = self._copy(self._view_node(base, view), "stored with its channels contiguous before its "
                                                                "windows are read: the conv's matmul reads them in place")
                 return self._apply(copy, chain[k:])
@@ -160,19 +164,19 @@ class _Folder:
         return Node("view", (base,), view, view.shape, base.dtype, base.device, base.origin)
 
 
-def split_point(shape, chain) -> tuple:
+def split_point(shape, chain, read_windows: bool) -> tuple:
     """(k, reason): pushing `chain` into an elementwise node of `shape` stops before
     op k, and the node read through ops[:k] is stored (a copy; `reason` names why,
     with a {shape} field for the copy's), or (None, None) when the whole chain goes
-    down.  It stops at an op no view can express, and at a window that reads each
-    element up to its kernel's size times along runs of at least WINDOW_RUN
-    channels (a conv of a computed activation): then the activation is stored once,
-    in the windows' layout and padded, and the conv's matmul reads the windows in
-    place from it (implicit GEMM, no masked taps) instead of an im2col copy that
-    computes the expression at every window position."""
+    down.  It stops at an op no view can express, and (`read_windows`) at a window
+    that reads each element up to its kernel's size times along runs of at least
+    WINDOW_RUN channels (a conv of a computed activation): then the activation is
+    stored once, in the windows' layout and padded, and the conv's matmul reads the
+    windows in place from it (implicit GEMM, no masked taps) instead of an im2col
+    copy that computes the expression at every window position."""
     view = View.contiguous(shape)
     for k, (op, arg) in enumerate(chain):
-        if reads_windows(view, op, arg):
+        if read_windows and reads_windows(view, op, arg):
             return k, "stored before its windows are read (each element up to " \
                       f"{math.prod(arg[1])} times): the conv's matmul reads them in place"
         view = move(view, op, arg)
@@ -186,17 +190,6 @@ def reads_windows(view: View, op: str, arg) -> bool:
     along runs of at least WINDOW_RUN elements of the last axis."""
     return op == "window" and math.prod(arg[1]) > 1 and view.ndim - 1 not in arg[0] and \
         view.shape[-1] >= WINDOW_RUN
-
-
-def first_inexpressible(shape, chain):
-    """Index of the first op of `chain` that a row-major view of `shape` cannot
-    take (a reshape across a permutation, say), or None."""
-    view = View.contiguous(shape)
-    for k, (op, arg) in enumerate(chain):
-        view = move(view, op, arg)
-        if view is None:
-            return k
-    return None
 
 
 def base_view(base) -> View:
