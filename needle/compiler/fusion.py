@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..ir.nodes import ELEMENTWISE, REDUCE, toposort
 from .cost import CHEAP_OPS, MAX_KERNEL_OPS, subtree_cost
-from .view_folding import WINDOW_RUN, FoldedGraph
+from .view_folding import WINDOW_IMAGE, WINDOW_RUN, FoldedGraph
 from .views import View
 
 LEAVES = ("buffer", "const", "param")
@@ -151,14 +151,15 @@ WINDOW_COLUMNS = 128
 
 
 def window_operand(m):
-    """(view, rows) when matmul `m`'s A is a row-major reshape of a copy of the view
-    node `view`, A's rows its first `rows` axes and A's depth the others, the last of
-    them contiguous in memory, unmasked and at least WINDOW_RUN long: a conv's im2col
-    matrix of NHWC windows (N, Ho, Wo, KH, KW, C), which a matmul can read in place, a
-    run of C channels per kernel tap (matmul_tiling: the implicit GEMM), for at most
-    WINDOW_COLUMNS output channels.  Else None."""
-    if m.op != "matmul" or len(m.shape) != 2 or m.dtype not in ("float32", "float64") or \
-            m.shape[1] > WINDOW_COLUMNS:
+    """(view, rows, transposed) when matmul `m`'s A is a reshape of a copy of the view
+    node `view` whose last axis is contiguous in memory, unmasked and at least
+    WINDOW_RUN long: a conv's im2col matrix of NHWC windows (N, Ho, Wo, KH, KW, C),
+    read row-major (the forward: A's rows are the view's first `rows` axes, at most
+    WINDOW_COLUMNS output channels) or transposed (the weight gradient, im2col^T @ G:
+    A's depth is the first `rows` axes), of images of at least WINDOW_IMAGE windows.
+    The matmul reads the windows themselves (matmul_tiling: the implicit GEMM), a run
+    of C channels per kernel tap.  Else None."""
+    if m.op != "matmul" or len(m.shape) != 2 or m.dtype not in ("float32", "float64"):
         return None
     a = m.srcs[0]
     if a.op != "view" or a.srcs[0].op != "copy" or a.srcs[0].srcs[0].op != "view":
@@ -168,11 +169,20 @@ def window_operand(m):
         return None
     w = view.arg
     last = w.ndim - 1
-    if not _same_memory_order(a.arg, copy.size) or w.empty or w.strides[last] != 1 or \
-            w.shape[last] < WINDOW_RUN or any(coeffs[last] for coeffs, _, _ in w.mask):
+    if w.empty or w.strides[last] != 1 or w.shape[last] < WINDOW_RUN or any(c[last] for c, _, _ in w.mask):
         return None
-    rows = next((r for r in range(1, last + 1) if math.prod(w.shape[:r]) == m.shape[0]), None)
-    return None if rows is None else (view, rows)
+    if _same_memory_order(a.arg, copy.size):
+        transposed, leading = False, a.shape[0]
+        if m.shape[1] > WINDOW_COLUMNS:
+            return None
+    elif a.arg == View.contiguous(a.shape[::-1]).permute((1, 0)):
+        transposed, leading = True, a.shape[1]
+    else:
+        return None
+    rows = next((r for r in range(1, last + 1) if math.prod(w.shape[:r]) == leading), None)
+    if rows is None or math.prod(w.shape[1:rows]) < WINDOW_IMAGE:
+        return None
+    return view, rows, transposed
 
 
 def _members(g: Group, stored: set) -> list:
@@ -250,8 +260,9 @@ class _Fusion:
 
     def read_windows_in_place(self) -> None:
         """A copy of a conv's windows (its im2col matrix) read only by matmuls that
-        read the windows in place (`window_operand`) is not stored: 9x the input's
-        bytes (a 3x3 conv) written and read again, a fifth of a 3x3 conv's time."""
+        read the windows themselves (`window_operand`: a forward, a weight gradient)
+        is not stored: 9x the input's bytes (a 3x3 conv) written and read again, a
+        fifth of a 3x3 forward's time."""
         for n in self.order:
             if n.op != "copy" or id(n) not in self.stored or id(n) in self.out_ids:
                 continue

@@ -116,12 +116,16 @@ class Tiling:
         self.BT = math.prod(self.batch)
         self.M, self.N, self.K = m.shape[-2], m.shape[-1], self.a.shape[-1]
         self.MR, self.NR = tile_shape(m.dtype, target.vector_bytes, self.N)
-        #: (view, rows): A is a conv's windows, read in place (`tap_loops`) unless their
-        #: im2col copy is stored anyway (for a weight gradient); its K blocks are whole
-        #: kernel taps, a run of `run` channels each
-        self.window = window_operand(m)
-        if self.window and id(self.a.srcs[0]) in make_lowering().stored:
-            self.window = None
+        #: (view, rows, False): A is a conv's windows (fusion.window_operand), read in
+        #: place (`tap_loops`) unless their im2col copy is stored (something else reads
+        #: it); its K blocks are whole kernel taps, a run of `run` channels each
+        found = window_operand(m)
+        if found and id(self.a.srcs[0]) in make_lowering().stored:
+            found = None
+        self.window = found if found and not found[2] else None
+        #: (view, depth axes, True): A is a conv's windows transposed (a weight gradient),
+        #: packed from the input (`window_block`)
+        self.window_t = found if found and found[2] else None
         self.run = self.window[0].shape[-1] if self.window else 0
         self.KC = self.run * max(1, KC // self.run) if self.window else KC
         self.KB = -(-self.K // self.KC)
@@ -134,9 +138,12 @@ class Tiling:
         # A is read one element per row and step (any layout will do; rows past M are
         # clamped, their results dropped); B a SIMD vector per step, so it must be
         # contiguous along j (a ragged last panel is read with masked loads)
-        self.direct_a = self.window is not None or self.direct(self.a, rows_first=True)
+        self.direct_a = self.window is not None or (not self.window_t and self.direct(self.a, rows_first=True))
         self.direct_b = self.direct(self.b, rows_first=False)
-        self.ap, self.packs_a = (None, False) if self.direct_a else self.packed_slot(packed, new_scratch, True)
+        if self.window_t:  # one block of MCP panels' rows per (K block, row block), row by row of K
+            self.ap, self.packs_a = new_scratch(self.KB * self.IB * self.PK * self.MCP * self.MR, m.dtype), True
+        else:
+            self.ap, self.packs_a = (None, False) if self.direct_a else self.packed_slot(packed, new_scratch, True)
         self.bp, self.packs_b = (None, False) if self.direct_b else self.packed_slot(packed, new_scratch, False)
 
     def packed_slot(self, packed: dict, new_scratch, rows_first: bool) -> tuple:
@@ -239,6 +246,8 @@ class Tiling:
         A panels.  The thread that multiplies them packs them, and they are still in
         its cache when it does (a panel packed on one core and read on another crossed
         between their caches: 784x128x256 ran 1.6x slower), without a kernel launch."""
+        if self.window_t:
+            return self.window_block(low, out, ib, pc)
         p = K.Var("p")
         per_panel = [K.Loop("ipo", self.MCP, [
             K.Let("p", K.affine([(ib, self.MCP), (K.Var("ipo"), 1)])),
@@ -254,6 +263,40 @@ class Tiling:
         whole = K.Binary("le", K.affine([(ib, self.MCP * self.MR)], self.MCP * self.MR), K.Const(self.M), "bool")
         by_rows = self.panel(low, self.a, out, True, bt, pc, p, panels=self.MCP, first=K.affine([(ib, self.MCP)]))
         return [K.If(whole, by_rows), K.If(K.Unary("not", whole, "bool"), per_panel)]
+
+    def window_block(self, low: Lowering, out: str, ib, pc) -> list:
+        """Statements that pack row block `ib` of K block `pc` of A = a conv's windows
+        transposed (a weight gradient: rows (kh, kw, c), depth (n, ho, wo)) from the
+        input itself: for each step of depth, each kernel tap's run of channels in the
+        block is one contiguous copy (or zeros, where the window reads padding) into
+        the block's row of K, [kk][MCP * MR], which the tiles read MR rows at a time.
+        (The stored im2col copy was written, then read across its rows by the packing,
+        once per call: 2 x 38 MB for a 3x3 conv of 16 x 32 x 32 x 64.)"""
+        view, nrows, _ = self.window_t
+        w, run, rows = view.arg, view.shape[-1], self.MCP * self.MR
+        kk, t, c = K.Var("wk"), K.Var("wt"), K.Var("wc")
+        first = K.affine([(ib, rows)])
+        stop = K.Binary("min", K.affine([(ib, rows)], rows), K.Const(self.M), K.INDEX)
+        first_tap = K.idiv(first, run)
+        taps = K.Binary("sub", K.affine([(K.idiv(K.affine([(stop, 1)], -1), run), 1)], 1), first_tap, K.INDEX)
+        row = K.affine([(t, run), (c, 1)])
+        index = unravel(K.affine([(pc, self.KC), (kk, 1)]), w.shape[:nrows]) + unravel(t, w.shape[nrows:-1])
+        value = low.gen(view, index + (c,))
+        block = K.affine([(pc, self.IB * self.PK * rows), (ib, self.PK * rows)])
+        at = K.Binary("sub", K.affine([(block, 1), (kk, rows), (row, 1)]), first, K.INDEX)
+        # the block's channels of this tap, [lo, hi): plain loops LLVM vectorizes (a
+        # guarded load's address is chosen lane by lane, which it cannot)
+        lo = K.Binary("max", K.Const(0), K.Binary("sub", first, K.affine([(t, run)]), K.INDEX), K.INDEX)
+        hi = K.Binary("min", K.Const(run), K.Binary("sub", stop, K.affine([(t, run)]), K.INDEX), K.INDEX)
+        extent = K.Binary("sub", hi, lo, K.INDEX)
+
+        def copy(v):
+            return K.Loop("wc", extent, [K.Store(out, at, v)], start=lo)
+        valid = mask_expr(w, index + (K.Const(0),))  # the same for every channel
+        body = [copy(value)] if valid is None else [
+            K.If(valid, [copy(K.Load(value.buf, value.index, value.dtype))]),
+            K.If(K.Unary("not", valid, "bool"), [copy(K.Const(0, value.dtype))])]
+        return [K.Loop("wk", K.Var("kc"), [K.Loop("wt", taps, body, start=first_tap)])]
 
     def block_depth(self, pc):
         """Rows of K block `pc`: KC, or what is left in the last block."""
@@ -289,6 +332,8 @@ class Tiling:
         row = K.Binary("min", K.affine([(ip, MR), (r, 1)]), K.Const(self.M - 1), K.INDEX)
         if self.window:
             a_value = None  # read per kernel tap: tap_loops
+        elif self.window_t:
+            a_value = K.Load(ap, K.affine([(a_base, 1), (kk, self.MCP * MR), (r, 1)]), dtype)
         elif self.direct_a:
             a_value = low.gen(self.a, self.batch_index(bt) + (row, k))
         else:
@@ -313,7 +358,9 @@ class Tiling:
         zero = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("acc", acc_at, K.Const(0, dtype))], "vector")], "unroll")
         spill = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("tile", acc_at, acc)], "vector")], "unroll")
         tile = [K.LocalArray("acc", dtype, MR * NR), zero,
-                K.Let("pa", K.affine([(bt, self.KB * self.MP * PK * MR), (pc, self.MP * PK * MR), (ip, PK * MR)])),
+                K.Let("pa", K.affine([(pc, self.IB * PK * self.MCP * MR), (ib, PK * self.MCP * MR), (ipo, MR)])
+                      if self.window_t else
+                      K.affine([(bt, self.KB * self.MP * PK * MR), (pc, self.MP * PK * MR), (ip, PK * MR)])),
                 K.Let("pb", K.affine([(bt, self.KB * self.NP * PK * NR), (pc, self.NP * PK * NR), (jp, PK * NR)])),
                 *multiply, spill] + self.write_back(low, out, bt, ip, jp, pc)
         runs = [K.LocalArray("runs", dtype, MR * self.run)] if self.window and self.window[0].arg.mask else []
@@ -339,7 +386,7 @@ class Tiling:
         first copied to `runs`, zeros where a row reads padding (masked loads in the
         depth loop itself, a select per row and step, took 1.07x the stored im2col's
         time on 16x32x32x64 3x3; the copies 0.80-0.83x, no padding at all 0.76x)."""
-        view, nrows = self.window
+        view, nrows, _ = self.window
         w = view.arg
         tt, cc = K.Var("tt"), K.Var("cc")
         tap = K.affine([(pc, self.KC // self.run), (tt, 1)])

@@ -223,23 +223,31 @@ def test_a_computed_activation_is_stored_padded_before_its_windows(channels, sto
     with runs of >= 16 channels the padded activation is stored once (the conv's
     matmul reads the windows in place from it, unmasked), with 3 the windows read
     the expression through the im2col copy as before."""
-    x = leaf(randn(2, 6, 6, channels))
+    x = leaf(randn(2, 16, 16, channels))
     padded = build.pad(build.elementwise("exp", x), ((0, 0), (1, 1), (1, 1), (0, 0)))
     windows = build.window(padded, (1, 2), (3, 3), 1)
-    out = build.reshape(windows, (2 * 6 * 6, 9 * channels))
+    out = build.reshape(windows, (2 * 16 * 16, 9 * channels))
     folded = fold_and_check([out], read_windows=True)
     shapes = [n.shape for n in ops_of(folded, "copy")]
-    assert ((2, 8, 8, channels) in shapes) == stored, shapes
-    assert (2, 6, 6, 3, 3, channels) in shapes  # the im2col copy (fusion decides whether it is stored)
+    assert ((2, 18, 18, channels) in shapes) == stored, shapes
+    assert (2, 16, 16, 3, 3, channels) in shapes  # the im2col copy (fusion decides whether it is stored)
 
 
 def test_channels_first_data_is_stored_channels_last_before_its_windows():
     """NCHW data permuted to NHWC and windowed: its channels lie H*W apart, so the
     permuted, padded data is stored first and the windows read contiguous runs."""
-    x = leaf(randn(2, 16, 5, 5))
+    x = leaf(randn(2, 16, 16, 16))
     nhwc = build.pad(build.permute(x, (0, 2, 3, 1)), ((0, 0), (1, 1), (1, 1), (0, 0)))
-    out = build.reshape(build.window(nhwc, (1, 2), (3, 3), 1), (2 * 5 * 5, 9 * 16))
+    out = build.reshape(build.window(nhwc, (1, 2), (3, 3), 1), (2 * 16 * 16, 9 * 16))
     folded = fold_and_check([out], read_windows=True)
-    assert sorted(n.shape for n in ops_of(folded, "copy")) == [(2, 5, 5, 3, 3, 16), (2, 7, 7, 16)]
+    assert sorted(n.shape for n in ops_of(folded, "copy")) == [(2, 16, 16, 3, 3, 16), (2, 18, 18, 16)]
     # a target whose matmuls read no windows in place (CUDA) gathers the im2col copy directly
-    assert [n.shape for n in ops_of(fold_and_check([out]), "copy")] == [(2, 5, 5, 3, 3, 16)]
+    assert [n.shape for n in ops_of(fold_and_check([out]), "copy")] == [(2, 16, 16, 3, 3, 16)]
+
+
+def test_windows_of_a_small_image_are_read_through_the_im2col_copy():
+    """An 8 x 8 image's windows (fewer than WINDOW_IMAGE): no copy of the activation."""
+    x = leaf(randn(2, 8, 8, 16))
+    padded = build.pad(build.elementwise("exp", x), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    out = build.reshape(build.window(padded, (1, 2), (3, 3), 1), (2 * 8 * 8, 9 * 16))
+    assert [n.shape for n in ops_of(fold_and_check([out], read_windows=True), "copy")] == [(2, 8, 8, 3, 3, 16)]
