@@ -37,6 +37,8 @@ WORKLOADS = {
     "pow 2^20 (x ** y)": ("pow", {"p": (1 << 20,), "y": (1 << 20,)}),
     # NHWC input, (K, K, C_in, C_out) weight as in the course; torch takes NCHW / OIHW copies
     "conv 3x3 64->64 32x32 b16": ("conv", {"z": (16, 32, 32, 64), "w": (3, 3, 64, 64)}),
+    "conv 3x3 grads 64->64 b16": ("conv_grad1", {"z": (16, 32, 32, 64), "w": (3, 3, 64, 64),
+                                                             "g": (16, 32, 32, 64)}),
     "conv 3x3/2 grads 64->128 b16": ("conv_grad", {"z": (16, 32, 32, 64), "w": (3, 3, 64, 128),
                                                           "g": (16, 16, 16, 128)}),
     "MLP step 784-256-10 b128": ("mlp", {"x": (128, 784), "labels": ("labels", 128, 10), "w1": (784, 256),
@@ -44,8 +46,9 @@ WORKLOADS = {
 }
 QUICK = ("cross-entropy 4096x1024", "row softmax 4096x1024", "sum over rows 4096^2", "matmul 256",
          "elementwise chain 2^14", "elementwise chain 2^20", "MLP step 784-256-10 b128")
-#: (stride, padding) of the conv families; conv_grad computes dL/dZ and dL/dW given g = dL/d out
-CONV = {"conv": (1, 1), "conv_grad": (2, 1)}
+#: (stride, padding) of the conv families; the GRADS families compute dL/dZ and dL/dW given g = dL/d out
+CONV = {"conv": (1, 1), "conv_grad": (2, 1), "conv_grad1": (1, 1)}
+GRADS = ("conv_grad", "conv_grad1")
 IMPLEMENTATIONS = ("numpy", "needle-eager", "needle", "needle-jit", "torch", "torch.compile", "jax")
 
 
@@ -111,6 +114,7 @@ def _numpy(impl, family, a):
     fns = {
         "conv": lambda: np.tensordot(windows(), a["w"], axes=([3, 4, 5], [2, 0, 1])),
         "conv_grad": conv_grad,
+        "conv_grad1": conv_grad,
         "cross-entropy": lambda: (logsumexp(a["logits"])[:, 0]
                                   - a["logits"][np.arange(len(a["labels"])), a["labels"]]).mean(),
         "softmax": lambda: (lambda e: e / e.sum(1, keepdims=True))(np.exp(a["x"] - a["x"].max(1, keepdims=True))),
@@ -164,7 +168,7 @@ def _needle(impl, family, a):
         t = {k: ndl.Tensor(v, device=ndl.cpu(), requires_grad=False) for k, v in a.items() if k != "labels"}
         if "labels" in a:
             t["labels"] = ndl.Tensor(a["labels"], device=ndl.cpu())
-        if family == "conv_grad":
+        if family in GRADS:
             t["z"], t["w"] = (ndl.Tensor(a[k], device=ndl.cpu()) for k in ("z", "w"))
         layernorm = nn.LayerNorm1d(a["x"].shape[1], device=ndl.cpu()) if family == "layernorm" else None
 
@@ -179,6 +183,7 @@ def _needle(impl, family, a):
     fns = {
         "conv": lambda: ops.conv(t["z"], t["w"], *CONV[family]),
         "conv_grad": conv_grad,
+        "conv_grad1": conv_grad,
         "cross-entropy": lambda: nn.SoftmaxLoss()(t["logits"], t["labels"]),
         "softmax": lambda: softmax(t["x"]),
         "logsoftmax": lambda: ops.logsoftmax(t["x"], axis=1),
@@ -217,12 +222,12 @@ def _torch(impl, family, a):
         return step
     if family in CONV:
         stride, pad = CONV[family]
-        t["z"] = torch.from_numpy(a["z"].transpose(0, 3, 1, 2).copy()).requires_grad_(family == "conv_grad")
-        t["w"] = torch.from_numpy(a["w"].transpose(3, 2, 0, 1).copy()).requires_grad_(family == "conv_grad")
+        t["z"] = torch.from_numpy(a["z"].transpose(0, 3, 1, 2).copy()).requires_grad_(family in GRADS)
+        t["w"] = torch.from_numpy(a["w"].transpose(3, 2, 0, 1).copy()).requires_grad_(family in GRADS)
         def conv(z, w):
             return F.conv2d(z, w, stride=stride, padding=pad)
         conv = torch.compile(conv) if impl == "torch.compile" else conv
-        if family == "conv_grad":
+        if family in GRADS:
             g = torch.from_numpy(a["g"].transpose(0, 3, 1, 2).copy())
             return lambda: torch.autograd.grad(conv(t["z"], t["w"]), (t["z"], t["w"]), g)
 
@@ -280,7 +285,7 @@ def _jax(impl, family, a):
         def conv(z, w):
             return jax.lax.conv_general_dilated(z, w, (stride, stride), ((pad, pad), (pad, pad)),
                                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))
-        if family == "conv_grad":
+        if family in GRADS:
             grads = jax.jit(lambda z, w, g: jax.vjp(conv, z, w)[1](g))
             return lambda: jax.block_until_ready(grads(t["z"], t["w"], t["g"]))
         forward = jax.jit(conv)
