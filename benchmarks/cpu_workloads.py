@@ -38,7 +38,7 @@ WORKLOADS = {
     # NHWC input, (K, K, C_in, C_out) weight as in the course; torch takes NCHW / OIHW copies
     "conv 3x3 64->64 32x32 b16": ("conv", {"z": (16, 32, 32, 64), "w": (3, 3, 64, 64)}),
     "conv 3x3 grads 64->64 b16": ("conv_grad1", {"z": (16, 32, 32, 64), "w": (3, 3, 64, 64),
-                                                             "g": (16, 32, 32, 64)}),
+                                                 "g": (16, 32, 32, 64)}),
     "conv 3x3/2 grads 64->128 b16": ("conv_grad", {"z": (16, 32, 32, 64), "w": (3, 3, 64, 128),
                                                           "g": (16, 16, 16, 128)}),
     "MLP step 784-256-10 b128": ("mlp", {"x": (128, 784), "labels": ("labels", 128, 10), "w1": (784, 256),
