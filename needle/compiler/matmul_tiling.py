@@ -18,7 +18,9 @@ tiled, register-blocked macro-kernel (the BLIS loop nest).
 
 A small operand, or a row-major A, is read in place instead of packed (`direct`).
 A conv's A, its im2col matrix of input windows, is read in place too, from the
-input (the implicit GEMM: `tap_loops`); its K blocks are whole kernel taps.
+input (the implicit GEMM: `tap_loops`; its K blocks are whole kernel taps), and a
+weight gradient's A, the windows transposed, is packed from the input
+(`window_block`).
 Small or integer matmuls use the plain loop nest (`naive`).
 """
 from __future__ import annotations
@@ -329,12 +331,12 @@ class Tiling:
                 ragged_b = K.Load(b_value.buf, b_value.index, dtype, K.Binary("lt", column, K.Const(self.N), "bool"))
         else:
             b_value = K.Load(bp, K.affine([(b_base, 1), (kk, NR), (c, 1)]), dtype)
-        row = K.Binary("min", K.affine([(ip, MR), (r, 1)]), K.Const(self.M - 1), K.INDEX)
         if self.window:
             a_value = None  # read per kernel tap: tap_loops
         elif self.window_t:
             a_value = K.Load(ap, K.affine([(a_base, 1), (kk, self.MCP * MR), (r, 1)]), dtype)
         elif self.direct_a:
+            row = K.Binary("min", K.affine([(ip, MR), (r, 1)]), K.Const(self.M - 1), K.INDEX)
             a_value = low.gen(self.a, self.batch_index(bt) + (row, k))
         else:
             a_value = K.Load(ap, K.affine([(a_base, 1), (kk, MR), (r, 1)]), dtype)
