@@ -141,21 +141,12 @@ def fuse(folded: FoldedGraph, read_windows: bool = False) -> FusedGraph:
     return FusedGraph(folded, kernels, f.stored, f.reasons, f.order, f.outputs)
 
 
-#: matmuls of at most this many output channels read a conv's windows in place
-#: (runs of at least view_folding.WINDOW_RUN channels, each run one kernel tap's
-#: stretch of the depth loop): every tile of NR of them reads the windows again,
-#: where a packed copy is read from cache.  In-process A/B against the stored copy,
-#: 2 threads, AVX2, (N, H, C_in, C_out) 3x3: 16x32x64x64 0.80x the time (no padding
-#: 0.76x), 16x16x128x128 0.90-0.98x, 16x8x128x128 1.03x, 16x8x256x256 1.07x
-WINDOW_COLUMNS = 128
-
-
 def window_operand(m):
     """(view, rows, transposed) when matmul `m`'s A is a reshape of a copy of the view
     node `view` whose last axis is contiguous in memory, unmasked and at least
     WINDOW_RUN long: a conv's im2col matrix of NHWC windows (N, Ho, Wo, KH, KW, C),
-    read row-major (the forward: A's rows are the view's first `rows` axes, at most
-    WINDOW_COLUMNS output channels) or transposed (the weight gradient, im2col^T @ G:
+    read row-major (the forward: A's rows are the view's first `rows` axes) or
+    transposed (the weight gradient, im2col^T @ G:
     A's depth is the first `rows` axes), of images of at least WINDOW_IMAGE windows.
     The matmul reads the windows themselves (matmul_tiling: the implicit GEMM), a run
     of C channels per kernel tap.  Else None."""
@@ -173,8 +164,6 @@ def window_operand(m):
         return None
     if _same_memory_order(a.arg, copy.size):
         transposed, leading = False, a.shape[0]
-        if m.shape[1] > WINDOW_COLUMNS:
-            return None
     elif a.arg == View.contiguous(a.shape[::-1]).permute((1, 0)):
         transposed, leading = True, a.shape[1]
     else:

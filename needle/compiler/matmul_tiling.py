@@ -64,6 +64,14 @@ A_AFFINE_LIMIT = 1 << 16
 #: against in place, 1 and 2 threads: 1024x128x1024 0.90x and 0.91x, 512x64x2048 0.80x
 #: and 0.97x, 2048x32x1024 0.86x and 0.89x; 256x96x1024 1.02x and 1.28x, so not there)
 FEW_ROWS, B_ROW_BYTES = 256, 2048
+#: a conv's forward reads its windows in place (`tap_loops`) for at most this many output
+#: channels; with more, each tile of NR channels would read them again, and they are
+#: packed once per row block instead (`window_rows`).  In-process A/B, 2 threads, AVX2,
+#: (N, H, C_in, C_out) 3x3: in place against the stored im2col 16x32x64x64 0.80x the
+#: time (no padding 0.76x), 16x16x128x128 0.90-0.98x, 16x8x256x256 1.07x; packed
+#: against in place 16x32x64x64 1.09x, 16x32x32x32 1.22x, 16x16x128x128 0.99x; packed
+#: against the im2col 16x16x128x256 0.94x, 16x32x64x256 0.93x, 16x16x256x256 0.99x
+WINDOW_COLUMNS = 128
 
 
 def row_blocks(panels: int, threads: int) -> tuple:
@@ -140,9 +148,12 @@ class Tiling:
         # A is read one element per row and step (any layout will do; rows past M are
         # clamped, their results dropped); B a SIMD vector per step, so it must be
         # contiguous along j (a ragged last panel is read with masked loads)
-        self.direct_a = self.window is not None or (not self.window_t and self.direct(self.a, rows_first=True))
+        #: the forward's windows are read in place by the tiles of at most WINDOW_COLUMNS
+        #: columns, else packed (`window_rows`): each tile of NR columns reads them again
+        self.in_place = self.window is not None and self.N <= WINDOW_COLUMNS
+        self.direct_a = self.in_place or (not (self.window or self.window_t) and self.direct(self.a, rows_first=True))
         self.direct_b = self.direct(self.b, rows_first=False)
-        if self.window_t:  # one block of MCP panels' rows per (K block, row block), row by row of K
+        if (self.window and not self.in_place) or self.window_t:  # a block per (K block, row block)
             self.ap, self.packs_a = new_scratch(self.KB * self.IB * self.PK * self.MCP * self.MR, m.dtype), True
         else:
             self.ap, self.packs_a = (None, False) if self.direct_a else self.packed_slot(packed, new_scratch, True)
@@ -250,6 +261,8 @@ class Tiling:
         between their caches: 784x128x256 ran 1.6x slower), without a kernel launch."""
         if self.window_t:
             return self.window_block(low, out, ib, pc)
+        if self.window:
+            return self.window_rows(low, out, ib, pc)
         p = K.Var("p")
         per_panel = [K.Loop("ipo", self.MCP, [
             K.Let("p", K.affine([(ib, self.MCP), (K.Var("ipo"), 1)])),
@@ -265,6 +278,28 @@ class Tiling:
         whole = K.Binary("le", K.affine([(ib, self.MCP * self.MR)], self.MCP * self.MR), K.Const(self.M), "bool")
         by_rows = self.panel(low, self.a, out, True, bt, pc, p, panels=self.MCP, first=K.affine([(ib, self.MCP)]))
         return [K.If(whole, by_rows), K.If(K.Unary("not", whole, "bool"), per_panel)]
+
+    def window_rows(self, low: Lowering, out: str, ib, pc) -> list:
+        """Statements that pack row block `ib` of K block `pc` of A = a conv's windows
+        (the forward of a conv with more than WINDOW_COLUMNS output channels) from the
+        input: each row's run of channels of each kernel tap is one contiguous copy
+        (or zeros, where its window reads padding) into the block, row-major
+        [MCP * MR][PK], which the tiles read as MR row streams (rows past M repeat the
+        last; their results are dropped)."""
+        view, nrows, _ = self.window
+        w, run, rows = view.arg, self.run, self.MCP * self.MR
+        i, t, c = K.Var("wi"), K.Var("wt"), K.Var("wc")
+        row = K.Binary("min", K.affine([(ib, rows), (i, 1)]), K.Const(self.M - 1), K.INDEX)
+        index = unravel(row, w.shape[:nrows]) + unravel(K.affine([(pc, self.KC // run), (t, 1)]), w.shape[nrows:-1])
+        value = low.gen(view, index + (c,))
+        at = K.affine([(pc, self.IB * self.PK * rows), (ib, self.PK * rows), (i, self.PK), (t, run), (c, 1)])
+        valid = mask_expr(w, index + (K.Const(0),))  # the same for every channel
+        body = [K.Loop("wc", run, [K.Store(out, at, value)], "vector")] if valid is None else [
+            K.If(valid, [K.Loop("wc", run, [K.Store(out, at, K.Load(value.buf, value.index, value.dtype))],
+                                "vector")]),
+            K.If(K.Unary("not", valid, "bool"), [K.Loop("wc", run, [K.Store(out, at, K.Const(0, value.dtype))],
+                                                        "vector")])]
+        return [K.Loop("wi", rows, [K.Loop("wt", K.idiv(K.Var("kc"), run), body)])]
 
     def window_block(self, low: Lowering, out: str, ib, pc) -> list:
         """Statements that pack row block `ib` of K block `pc` of A = a conv's windows
@@ -331,9 +366,11 @@ class Tiling:
                 ragged_b = K.Load(b_value.buf, b_value.index, dtype, K.Binary("lt", column, K.Const(self.N), "bool"))
         else:
             b_value = K.Load(bp, K.affine([(b_base, 1), (kk, NR), (c, 1)]), dtype)
-        if self.window:
+        if self.in_place:
             a_value = None  # read per kernel tap: tap_loops
-        elif self.window_t:
+        elif self.window:  # packed row-major, [MC rows][PK]
+            a_value = K.Load(ap, K.affine([(a_base, 1), (r, PK), (kk, 1)]), dtype)
+        elif self.window_t:  # packed [PK][MC rows]
             a_value = K.Load(ap, K.affine([(a_base, 1), (kk, self.MCP * MR), (r, 1)]), dtype)
         elif self.direct_a:
             row = K.Binary("min", K.affine([(ip, MR), (r, 1)]), K.Const(self.M - 1), K.INDEX)
@@ -347,7 +384,7 @@ class Tiling:
             def rows(a_value):
                 return K.Loop("r", MR, [K.Let("a_r", a_value),
                                         K.Loop("c", width, [K.Store("acc", acc_at, update)], "vector")], "unroll")
-            if not self.window:
+            if not self.in_place:
                 return K.Loop("kk", kc, [rows(a_value)])
             return self.tap_loops(low, pc, kc, ip, rows)
         multiply = [k_loop(b_value)]
@@ -360,12 +397,13 @@ class Tiling:
         zero = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("acc", acc_at, K.Const(0, dtype))], "vector")], "unroll")
         spill = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("tile", acc_at, acc)], "vector")], "unroll")
         tile = [K.LocalArray("acc", dtype, MR * NR), zero,
-                K.Let("pa", K.affine([(pc, self.IB * PK * self.MCP * MR), (ib, PK * self.MCP * MR), (ipo, MR)])
-                      if self.window_t else
+                K.Let("pa", K.affine([(pc, self.IB * PK * self.MCP * MR), (ib, PK * self.MCP * MR),
+                                      (ipo, MR * (PK if self.window else 1))])
+                      if self.window or self.window_t else
                       K.affine([(bt, self.KB * self.MP * PK * MR), (pc, self.MP * PK * MR), (ip, PK * MR)])),
                 K.Let("pb", K.affine([(bt, self.KB * self.NP * PK * NR), (pc, self.NP * PK * NR), (jp, PK * NR)])),
                 *multiply, spill] + self.write_back(low, out, bt, ip, jp, pc)
-        runs = [K.LocalArray("runs", dtype, MR * self.run)] if self.window and self.window[0].arg.mask else []
+        runs = [K.LocalArray("runs", dtype, MR * self.run)] if self.in_place and self.window[0].arg.mask else []
         body = [K.LocalArray("tile", dtype, MR * NR), *runs,
                 K.Loop("pc", self.KB, [
                     K.Let("kc", self.block_depth(pc)),

@@ -8,7 +8,7 @@ import pytest
 
 import needle as ndl
 from needle import ops
-from needle.compiler import fusion
+from needle.compiler import matmul_tiling
 from needle.compiler.schedule import plan, structure
 from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
@@ -53,6 +53,8 @@ CASES = [  # N, H, W, C_in, K, C_out, stride, padding
     (1, 16, 16, 520, 3, 17, 1, 1),   # a run longer than a K block: one tap a block
     (2, 32, 34, 32, 5, 48, 2, 2),    # 5x5 taps
     (2, 18, 18, 16, 3, 33, 1, 0),    # no padding: no masked taps
+    (1, 16, 16, 64, 3, 136, 1, 1),   # more than WINDOW_COLUMNS outputs: packed row blocks
+    (2, 33, 35, 24, 5, 150, 2, 2),   # packed row blocks, stride 2, 5x5, ragged
 ]
 
 
@@ -92,8 +94,8 @@ def test_small_conv_reads_its_windows_through_the_plain_loop_nest():
 
 @pytest.mark.parametrize("size, c, o, stored", [
     (16, 3, 16, True),                          # an RGB image's 3-channel runs: the copy is packed
-    (16, 32, fusion.WINDOW_COLUMNS + 1, True),  # more output channels than read the windows in place
-    (8, 32, 16, True),                          # a small image (fusion.WINDOW_IMAGE): mostly borders
+    (16, 32, matmul_tiling.WINDOW_COLUMNS + 1, False),  # packed from the windows, not read in place
+    (8, 32, 16, True),                          # a small image (WINDOW_IMAGE): mostly borders
     (16, 32, 16, False),
 ])
 def test_which_convs_store_their_im2col_copy(size, c, o, stored):
