@@ -163,3 +163,19 @@ def test_channels_first_network_reads_its_windows_in_place():
         (d2 + 1) * eps * (conv_reference(h, np.abs(w2), 1, 1)[0] + np.abs(b2))
     got = y.numpy().transpose(0, 2, 3, 1)
     assert np.all(np.abs(got - (want + b2)) <= bound)
+
+
+def test_float64_gradients_read_the_windows_themselves():
+    """float64 (AVX2: 4-lane vectors, 8-lane on AVX-512): the weight gradient's A packed
+    from the windows, the input gradient's windows read in place; against numpy."""
+    z = ndl.Tensor(data((1, 16, 16, 24), np.float64), dtype="float64", requires_grad=True)
+    w = ndl.Tensor(data((3, 3, 24, 20), np.float64, seed=1), dtype="float64", requires_grad=True)
+    g = data((1, 16, 16, 20), np.float64, seed=2)
+    ops.conv(z, w, 1, 1).backward(ndl.Tensor(g, dtype="float64"))
+    _, fused = plan(output_nodes([w.grad, z.grad]), cpu_target())
+    assert [n.shape for n in fused.order if n.op == "copy" and id(n) in fused.stored] == [(3, 3, 20, 24)]
+    zp = np.pad(z.numpy(), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want_dw = np.stack([np.stack([np.einsum("nhwc,nhwo->co", zp[:, a:a + 16, b:b + 16], g)
+                                  for b in range(3)]) for a in range(3)])
+    np.testing.assert_allclose(w.grad.numpy(), want_dw, rtol=1e-10, atol=1e-10)
+    check(z.grad.numpy(), g, np.transpose(w.numpy()[::-1, ::-1], (0, 1, 3, 2)), 1, 1)
