@@ -177,7 +177,8 @@ def window_operand(m):
 def _members(g: Group, stored: set) -> list:
     """The folded nodes group `g` evaluates: from its root (for a piece: the piece's
     source) down through inlined nodes, stopping at views, stored results and loads,
-    which it reads.  A fill evaluates nothing but zeros."""
+    which it reads (a view of a conv's unstored im2col copy goes on to the windows the
+    matmul reads).  A fill evaluates nothing but zeros."""
     if g.kind == "fill":
         return [g.root]
     roots = [g.root.srcs[i] for i in g.pieces] if g.kind == "piece" else [g.root]
@@ -191,7 +192,8 @@ def _members(g: Group, stored: set) -> list:
         seen.add(id(n))
         members.append(n)
         inlined = id(n) not in stored or id(n) in computed
-        if inlined and (n.op != "view" or id(n.srcs[0]) in computed):
+        if inlined and (n.op != "view" or id(n.srcs[0]) in computed or
+                        (n.srcs[0].op == "copy" and id(n.srcs[0]) not in stored)):  # windows read in place
             stack.extend(n.srcs)
     return members
 
@@ -259,7 +261,7 @@ class _Fusion:
             if reads and all(window_operand(m) is not None and m.srcs[0] is v and m.srcs[1] is not v
                              for v, m in reads):
                 self.stored.discard(id(n))
-                self.reasons[id(n)] = "not stored: the matmul reads the windows in place (implicit GEMM)"
+                self.reasons[id(n)] = "not stored: its matmuls read the windows themselves (implicit GEMM)"
 
     def compute_shared_once(self) -> None:
         """A costly node read by several nodes need not be stored when every reader
