@@ -33,6 +33,39 @@ def _children(e) -> tuple:
     return ()
 
 
+def uses(e, names) -> bool:
+    """Whether e reads any of the variables `names` (in an index too)."""
+    if isinstance(e, K.Var):
+        return e.name in names
+    if isinstance(e, K.Load):
+        return uses(e.index, names) or (e.valid is not None and uses(e.valid, names))
+    return any(uses(c, names) for c in _children(e))
+
+
+def hoist(e, names, hoisted: list, at, prefix: str):
+    """e with each costly subexpression that reads none of `names` (a column's terms,
+    in a loop over rows) replaced by a load of local row `<prefix><k>` at `at`;
+    `hoisted` collects the (name, expression) pairs, each distinct expression once,
+    for the caller to compute a row of each before the loop."""
+    if costly(e) and not uses(e, names):
+        for name, old in hoisted:
+            if old == e:
+                return K.Load(name, at, e.dtype)
+        hoisted.append((f"{prefix}{len(hoisted)}", e))
+        return K.Load(hoisted[-1][0], at, e.dtype)
+    parts = _children(e)
+    new = tuple(hoist(p, names, hoisted, at, prefix) for p in parts)
+    if all(n is p for n, p in zip(new, parts)):
+        return e
+    if isinstance(e, K.Where):
+        return K.Where(*new, e.dtype)
+    if isinstance(e, K.Binary):
+        return K.Binary(e.op, *new, e.dtype)
+    if isinstance(e, K.Unary):
+        return K.Unary(e.op, new[0], e.dtype)
+    return K.Cast(new[0], e.dtype)
+
+
 def contains(e, part) -> bool:
     return e is part or any(contains(c, part) for c in _children(e))
 

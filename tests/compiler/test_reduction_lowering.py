@@ -102,3 +102,27 @@ def test_column_logsumexp_reads_its_max_from_the_first_stage_row():
     x64 = x.astype(np.float64)
     m64 = x64.max(0)
     np.testing.assert_allclose(y.numpy(), np.log(np.exp(x64 - m64).sum(0)) + m64, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, cols", [(65536, 16), (20001, 24)])
+def test_column_normalization_broadcast_back_runs_along_memory(rows, cols):
+    """(x - mean) / std over axis 0, a batch norm over N x H x W of NHWC data: the
+    stages accumulate in local rows, the per-column 1 / std is computed once per
+    column (a local row, not per element), and the result is stored row by row;
+    against numpy float64."""
+    assert rows * cols * 4 >= lowering.COLUMN_BROADCAST_BYTES
+    x = (np.random.randn(rows, cols) * 3 + 1).astype(np.float32)
+    t = ndl.Tensor(x, requires_grad=False)
+    mean = ops.broadcast_to((t.sum((0,)) / rows).reshape((1, cols)), t.shape)
+    centered = t - mean
+    var = ops.broadcast_to(((centered ** 2).sum((0,)) / rows).reshape((1, cols)), t.shape)
+    y = centered / (var + 1e-5) ** 0.5
+    (kernel,) = kernels_of(y)
+    text = kernel.text()
+    assert "register row1" in text and "register cr_0" in text, text
+    assert "sqrt" not in text.split("for r0 in")[-1]  # the store pass reads the column's term
+    x64 = x.astype(np.float64)
+    c = x64 - x64.mean(0)
+    want = c / np.sqrt((c ** 2).mean(0) + 1e-5)
+    # float32 sums of `rows` terms: relative error of the variance and mean ~ rows * eps
+    np.testing.assert_allclose(y.numpy(), want, rtol=0, atol=4 * rows * np.finfo(np.float32).eps * np.abs(want).max())
