@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..ir.nodes import ELEMENTWISE, REDUCE, toposort
 from .cost import CHEAP_OPS, MAX_KERNEL_OPS, subtree_cost
-from .view_folding import WINDOW_IMAGE, WINDOW_RUN, FoldedGraph
+from .view_folding import WINDOW_RUN, FoldedGraph
 from .views import View
 
 LEAVES = ("buffer", "const", "param")
@@ -147,9 +147,8 @@ def window_operand(m):
     WINDOW_RUN long: a conv's im2col matrix of NHWC windows (N, Ho, Wo, KH, KW, C),
     read row-major (the forward: A's rows are the view's first `rows` axes) or
     transposed (the weight gradient, im2col^T @ G:
-    A's depth is the first `rows` axes), of images of at least WINDOW_IMAGE windows.
-    The matmul reads the windows themselves (matmul_tiling: the implicit GEMM), a run
-    of C channels per kernel tap.  Else None."""
+    A's depth is the first `rows` axes).  The matmul reads the windows themselves
+    (matmul_tiling: the implicit GEMM), a run of C channels per kernel tap.  Else None."""
     if m.op != "matmul" or len(m.shape) != 2 or m.dtype not in ("float32", "float64"):
         return None
     a = m.srcs[0]
@@ -169,9 +168,7 @@ def window_operand(m):
     else:
         return None
     rows = next((r for r in range(1, last + 1) if math.prod(w.shape[:r]) == leading), None)
-    if rows is None or math.prod(w.shape[1:rows]) < WINDOW_IMAGE:
-        return None
-    return view, rows, transposed
+    return None if rows is None else (view, rows, transposed)
 
 
 def _members(g: Group, stored: set) -> list:

@@ -29,12 +29,8 @@ from .views import View
 
 #: a conv's matmul reads its windows themselves (fusion.window_operand) along runs of
 #: at least WINDOW_RUN channels (a window's contiguous last axis; an RGB image's 3 are
-#: packed from a stored im2col copy), from images of at least WINDOW_IMAGE output
-#: positions (16 x 16): in smaller ones most tiles hold a border row, and taps reading
-#: padding copy the rows' runs first (forward 16x8x8x128 -> 128: 1.03x the stored
-#: copy's time; a training step's conv, forward and both gradients, 1.05x; at 16x16
-#: 0.94x, at 32x32 0.83x)
-WINDOW_RUN, WINDOW_IMAGE = 16, 256
+#: packed from a stored im2col copy)
+WINDOW_RUN = 16
 
 
 class FoldedGraph:
@@ -191,14 +187,9 @@ def split_point(shape, chain, read_windows: bool) -> tuple:
 
 def reads_windows(view: View, op: str, arg) -> bool:
     """Whether movement op (op, arg) on `view` takes overlapping windows (a conv's)
-    along runs of at least WINDOW_RUN elements of the last axis, at least
-    WINDOW_IMAGE of them per image."""
-    if op != "window":
-        return False
-    axes, kernel, step = arg
-    positions = math.prod((view.shape[a] - k) // step + 1 for a, k in zip(axes, kernel))
-    return math.prod(kernel) > 1 and view.ndim - 1 not in axes and view.shape[-1] >= WINDOW_RUN and \
-        positions >= WINDOW_IMAGE
+    along runs of at least WINDOW_RUN elements of the last axis."""
+    return op == "window" and math.prod(arg[1]) > 1 and view.ndim - 1 not in arg[0] and \
+        view.shape[-1] >= WINDOW_RUN
 
 
 def base_view(base) -> View:

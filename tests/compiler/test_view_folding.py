@@ -243,11 +243,3 @@ def test_channels_first_data_is_stored_channels_last_before_its_windows():
     assert sorted(n.shape for n in ops_of(folded, "copy")) == [(2, 16, 16, 3, 3, 16), (2, 18, 18, 16)]
     # a target whose matmuls read no windows in place (CUDA) gathers the im2col copy directly
     assert [n.shape for n in ops_of(fold_and_check([out]), "copy")] == [(2, 16, 16, 3, 3, 16)]
-
-
-def test_windows_of_a_small_image_are_read_through_the_im2col_copy():
-    """An 8 x 8 image's windows (fewer than WINDOW_IMAGE): no copy of the activation."""
-    x = leaf(randn(2, 8, 8, 16))
-    padded = build.pad(build.elementwise("exp", x), ((0, 0), (1, 1), (1, 1), (0, 0)))
-    out = build.reshape(build.window(padded, (1, 2), (3, 3), 1), (2 * 8 * 8, 9 * 16))
-    assert [n.shape for n in ops_of(fold_and_check([out], read_windows=True), "copy")] == [(2, 8, 8, 3, 3, 16)]
