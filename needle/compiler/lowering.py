@@ -205,7 +205,22 @@ class Lowering:
         if id(g.root) not in self.accs and not g.epilogue():
             body[last_pass:], result = self._store_while_summing(body[last_pass:], index, red)
         body += self.store_root(index, kept, lambda s: s, over_reduced, result)
-        return self.kernel(*nest(kept, body), work=math.prod(g.domain))
+        return self.kernel(*nest(self._memory_order(kept), body), work=math.prod(g.domain))
+
+    def _memory_order(self, kept) -> list:
+        """The kept loops outermost to innermost by how far a step moves in the widest
+        view the kernel reads over its domain (its input), the shortest innermost: NHWC
+        data reduced in NCHW order (a max pool after a conv) walked its channels, each a
+        pass over every cache line of the input, outermost (3.9 ms for 128x16x28x28)."""
+        g = self.group
+        views = [n.arg for n in g.members if n.op == "view" and n.shape == g.domain and not n.arg.mask]
+        if not views or len(kept) < 2:
+            return kept
+        strides = max(views, key=lambda v: sum(abs(x) for x in v.strides)).strides
+        step = {f"k{d}": abs(x) for d, x in enumerate(strides)}
+        if any(step[v] == 0 for v, _ in kept):  # broadcast along a kept axis: keep the nest
+            return kept
+        return sorted(kept, key=lambda loop: -step[loop[0]])
 
     def accumulate(self, stage, index, over_reduced, value=None) -> list:
         """acc = identity; `over_reduced`'s loops fold each value of the stage into acc
