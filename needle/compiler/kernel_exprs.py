@@ -53,9 +53,13 @@ def hoist(e, names, hoisted: list, at, prefix: str):
                 return K.Load(name, at, e.dtype)
         hoisted.append((f"{prefix}{len(hoisted)}", e))
         return K.Load(hoisted[-1][0], at, e.dtype)
-    parts = _children(e)
-    new = tuple(hoist(p, names, hoisted, at, prefix) for p in parts)
-    if all(n is p for n, p in zip(new, parts)):
+    return _rebuilt(e, tuple(hoist(p, names, hoisted, at, prefix) for p in _children(e)))
+
+
+def _rebuilt(e, new: tuple):
+    """e with its children (`_children`) replaced by `new`; e itself when none changed
+    (shared subexpressions stay shared)."""
+    if all(n is p for n, p in zip(new, _children(e))):
         return e
     if isinstance(e, K.Where):
         return K.Where(*new, e.dtype)
@@ -104,26 +108,11 @@ def select(cond, a, b, dtype: str):
 def assume(e, cond, truth: bool):
     """`e` where `cond` is known to be `truth`: its selects on `cond` take that arm.
     Subexpressions it does not change stay the same objects (lowering shares them)."""
-    if isinstance(e, K.Where):
-        if e.cond == cond:
-            return assume(e.a if truth else e.b, cond, truth)
-        parts = (e.cond, e.a, e.b)
-    elif isinstance(e, K.Binary):
-        parts = (e.a, e.b)
-    elif isinstance(e, (K.Unary, K.Cast)):
-        parts = (e.x,)
-    else:
+    if isinstance(e, K.Where) and e.cond == cond:
+        return assume(e.a if truth else e.b, cond, truth)
+    if not isinstance(e, (K.Where, K.Binary, K.Unary, K.Cast)):
         return e
-    new = tuple(assume(p, cond, truth) for p in parts)
-    if all(n is p for n, p in zip(new, parts)):
-        return e
-    if isinstance(e, K.Where):
-        return K.Where(*new, e.dtype)
-    if isinstance(e, K.Binary):
-        return K.Binary(e.op, *new, e.dtype)
-    if isinstance(e, K.Unary):
-        return K.Unary(e.op, new[0], e.dtype)
-    return K.Cast(new[0], e.dtype)
+    return _rebuilt(e, tuple(assume(p, cond, truth) for p in _children(e)))
 
 
 def unravel(flat, shape) -> tuple:
