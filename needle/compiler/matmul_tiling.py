@@ -385,15 +385,15 @@ class Tiling:
                 return K.Loop("r", MR, [K.Let("a_r", a_value),
                                         K.Loop("c", width, [K.Store("acc", acc_at, update)], "vector")], "unroll")
             if not self.in_place:
-                return K.Loop("kk", kc, [rows(a_value)])
+                return [K.Loop("kk", kc, [rows(a_value)])]
             return self.tap_loops(low, pc, kc, ip, rows)
-        multiply = [k_loop(b_value)]
+        multiply = k_loop(b_value)
         if ragged_b is not None:
             # a last panel of at most half the tile's columns (100 = 3 x 32 + 4) multiplies
             # only its first half: the other half of its accumulators stays zero
             width = NR // 2 if self.N % NR <= NR // 2 else NR
             last = K.Binary("eq", jp, K.Const(self.NP - 1), "bool")
-            multiply = [K.If(K.Unary("not", last, "bool"), multiply), K.If(last, [k_loop(ragged_b, width)])]
+            multiply = [K.If(K.Unary("not", last, "bool"), multiply), K.If(last, k_loop(ragged_b, width))]
         zero = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("acc", acc_at, K.Const(0, dtype))], "vector")], "unroll")
         spill = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("tile", acc_at, acc)], "vector")], "unroll")
         tile = [K.LocalArray("acc", dtype, MR * NR), zero,
@@ -415,7 +415,7 @@ class Tiling:
         return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=self.flops,
                           thread_work=self.flops)
 
-    def tap_loops(self, low: Lowering, pc, kc, ip, rows) -> K.Loop:
+    def tap_loops(self, low: Lowering, pc, kc, ip, rows) -> list:
         """The depth loop of a tile when A is a conv's windows (`window_operand`): for
         each kernel tap of K block `pc`, a run of channels (k = tap * run + cc), each
         of the MR rows reading its window's run in place, from its own position in
@@ -425,7 +425,8 @@ class Tiling:
         away from the borders) reads in place; at the others the rows' runs are
         first copied to `runs`, zeros where a row reads padding (masked loads in the
         depth loop itself, a select per row and step, took 1.07x the stored im2col's
-        time on 16x32x32x64 3x3; the copies 0.80-0.83x, no padding at all 0.76x)."""
+        time on 16x32x32x64 3x3; the copies 0.80-0.83x, no padding at all 0.76x).
+        A tile whose rows read inside the input at every tap skips the per-tap test."""
         view, nrows, _ = self.window
         w = view.arg
         tt, cc = K.Var("tt"), K.Var("cc")
@@ -438,17 +439,29 @@ class Tiling:
         step = [K.Let("kk", K.affine([(tt, self.run), (cc, 1)]))]
         taps = K.idiv(kc, self.run)
         if not w.mask:
-            return K.Loop("tt", taps, [K.Loop("cc", self.run, step + [rows(masked)])])
+            return [K.Loop("tt", taps, [K.Loop("cc", self.run, step + [rows(masked)])])]
         inside = None  # the mask does not depend on the channel
         for r in range(self.MR):
             inside = K.land(inside, mask_expr(w, window_index(K.Const(r))))
         plain = K.Load(masked.buf, masked.index, masked.dtype)
         at_run = K.affine([(K.Var("r"), self.run), (cc, 1)])
         copy = K.Loop("r", self.MR, [K.Loop("cc", self.run, [K.Store("runs", at_run, masked)], "vector")])
-        return K.Loop("tt", taps, [
+        per_tap = K.Loop("tt", taps, [
             K.If(inside, [K.Loop("cc", self.run, step + [rows(plain)])]),
             K.If(K.Unary("not", inside, "bool"), [
                 copy, K.Loop("cc", self.run, step + [rows(K.Load("runs", at_run, masked.dtype))])])])
+        # every row inside at every tap: each constraint lo <= row part + tap part < hi
+        # holds for the tap part's least and greatest values
+        tile_inside = None
+        for coeffs, lo, hi in w.mask:
+            taps_low = sum(min(0, c * (n - 1)) for c, n in zip(coeffs[nrows:], w.shape[nrows:]))
+            taps_high = sum(max(0, c * (n - 1)) for c, n in zip(coeffs[nrows:], w.shape[nrows:]))
+            for r in range(self.MR):
+                part = linear(window_index(K.Const(r))[:nrows], coeffs[:nrows], 0)
+                tile_inside = K.land(tile_inside, K.land(K.Binary("le", K.Const(lo - taps_low), part, "bool"),
+                                                         K.Binary("lt", part, K.Const(hi - taps_high), "bool")))
+        return [K.If(tile_inside, [K.Loop("tt", taps, [K.Loop("cc", self.run, step + [rows(plain)])])]),
+                K.If(K.Unary("not", tile_inside, "bool"), [per_tap])]
 
     def write_back(self, low: Lowering, out, bt, ip, jp, pc) -> list:
         """C (+)= tile, with the epilogue applied (and the extra roots stored) after the
