@@ -145,12 +145,12 @@ class Tiling:
         self.PK = self.KC if self.KB > 1 else self.K
         self.MP, self.NP = -(-self.M // self.MR), -(-self.N // self.NR)
         self.IB, self.MCP = row_blocks(self.MP, max(1, target.threads))
-        # A is read one element per row and step (any layout will do; rows past M are
-        # clamped, their results dropped); B a SIMD vector per step, so it must be
-        # contiguous along j (a ragged last panel is read with masked loads)
         #: the forward's windows are read in place by the tiles of at most WINDOW_COLUMNS
         #: columns, else packed (`window_rows`): each tile of NR columns reads them again
         self.in_place = self.window is not None and self.N <= WINDOW_COLUMNS
+        # A is read one element per row and step (any layout will do; rows past M are
+        # clamped, their results dropped); B a SIMD vector per step, so it must be
+        # contiguous along j (a ragged last panel is read with masked loads)
         self.direct_a = self.in_place or (not (self.window or self.window_t) and self.direct(self.a, rows_first=True))
         self.direct_b = self.direct(self.b, rows_first=False)
         if (self.window and not self.in_place) or self.window_t:  # a block per (K block, row block)
