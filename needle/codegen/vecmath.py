@@ -16,8 +16,9 @@ code): within 1 ulp of the correctly rounded result everywhere.
   is correctly rounded; exp's AVX-512 form, see exp_f32, was checked over all 2**32
   again).  fma is required for the error bounds (exp's reduction relies on an exact
   fma); on a CPU without it llvm.fma is a libm call: correct, slow.  (A float64
-  evaluation rounded once was correctly rounded but for 3e-6 of inputs, and cost 1.2x-1.6x in fused kernels: half the lanes; sigmoid's cost 1.9x
-  its float32 form.)  sigmoid's plain 1 / (1 + e**-x) in float32 loses up to 3 ulp
+  evaluation rounded once was correctly rounded but for 3e-6 of inputs, and cost
+  1.2x-1.6x in fused kernels: half the lanes; sigmoid's cost 1.9x its float32
+  form.)  sigmoid's plain 1 / (1 + e**-x) in float32 loses up to 3 ulp
   to its roundings: it tracks them (error-free transformations) and corrects its
   one division.
 - pow: evaluated in float64 (relative error below 2**-34) and rounded once:

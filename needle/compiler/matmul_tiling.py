@@ -18,9 +18,9 @@ tiled, register-blocked macro-kernel (the BLIS loop nest).
 
 A small operand, or a row-major A, is read in place instead of packed (`direct`).
 A conv's A, its im2col matrix of input windows, is read in place too, from the
-input (the implicit GEMM: `tap_loops`; its K blocks are whole kernel taps), and a
-weight gradient's A, the windows transposed, is packed from the input
-(`window_block`).
+input (the implicit GEMM: `tap_loops`; its K blocks are whole kernel taps), or with
+many output channels packed from it (`window_rows`), and a weight gradient's A, the
+windows transposed, is packed from the input (`window_block`).
 Small or integer matmuls use the plain loop nest (`naive`).
 """
 from __future__ import annotations
@@ -126,9 +126,10 @@ class Tiling:
         self.BT = math.prod(self.batch)
         self.M, self.N, self.K = m.shape[-2], m.shape[-1], self.a.shape[-1]
         self.MR, self.NR = tile_shape(m.dtype, target.vector_bytes, self.N)
-        #: (view, rows, False): A is a conv's windows (fusion.window_operand), read in
-        #: place (`tap_loops`) unless their im2col copy is stored (something else reads
-        #: it); its K blocks are whole kernel taps, a run of `run` channels each
+        #: (view, rows, False): A is a conv's windows (fusion.window_operand), read from
+        #: the input (in place, `tap_loops`, or packed, `window_rows`) unless their
+        #: im2col copy is stored (something else reads it); its K blocks are whole
+        #: kernel taps, a run of `run` channels each
         found = window_operand(m)
         if found and id(self.a.srcs[0]) in make_lowering().stored:
             found = None
@@ -293,12 +294,8 @@ class Tiling:
         index = unravel(row, w.shape[:nrows]) + unravel(K.affine([(pc, self.KC // run), (t, 1)]), w.shape[nrows:-1])
         value = low.gen(view, index + (c,))
         at = K.affine([(pc, self.IB * self.PK * rows), (ib, self.PK * rows), (i, self.PK), (t, run), (c, 1)])
-        valid = mask_expr(w, index + (K.Const(0),))  # the same for every channel
-        body = [K.Loop("wc", run, [K.Store(out, at, value)], "vector")] if valid is None else [
-            K.If(valid, [K.Loop("wc", run, [K.Store(out, at, K.Load(value.buf, value.index, value.dtype))],
-                                "vector")]),
-            K.If(K.Unary("not", valid, "bool"), [K.Loop("wc", run, [K.Store(out, at, K.Const(0, value.dtype))],
-                                                        "vector")])]
+        body = copy_run(lambda v: K.Loop("wc", run, [K.Store(out, at, v)], "vector"), value,
+                        mask_expr(w, index + (K.Const(0),)))
         return [K.Loop("wi", rows, [K.Loop("wt", K.idiv(K.Var("kc"), run), body)])]
 
     def window_block(self, low: Lowering, out: str, ib, pc) -> list:
@@ -326,13 +323,8 @@ class Tiling:
         lo = K.Binary("max", K.Const(0), K.Binary("sub", first, K.affine([(t, run)]), K.INDEX), K.INDEX)
         hi = K.Binary("min", K.Const(run), K.Binary("sub", stop, K.affine([(t, run)]), K.INDEX), K.INDEX)
         extent = K.Binary("sub", hi, lo, K.INDEX)
-
-        def copy(v):
-            return K.Loop("wc", extent, [K.Store(out, at, v)], start=lo)
-        valid = mask_expr(w, index + (K.Const(0),))  # the same for every channel
-        body = [copy(value)] if valid is None else [
-            K.If(valid, [copy(K.Load(value.buf, value.index, value.dtype))]),
-            K.If(K.Unary("not", valid, "bool"), [copy(K.Const(0, value.dtype))])]
+        body = copy_run(lambda v: K.Loop("wc", extent, [K.Store(out, at, v)], start=lo), value,
+                        mask_expr(w, index + (K.Const(0),)))
         return [K.Loop("wk", K.Var("kc"), [K.Loop("wt", taps, body, start=first_tap)])]
 
     def block_depth(self, pc):
@@ -436,10 +428,12 @@ class Tiling:
             row = K.Binary("min", K.affine([(ip, self.MR), (r, 1)]), K.Const(self.M - 1), K.INDEX)
             return unravel(row, w.shape[:nrows]) + unravel(tap, w.shape[nrows:-1]) + (cc,)
         masked = low.gen(view, window_index(K.Var("r")))
-        step = [K.Let("kk", K.affine([(tt, self.run), (cc, 1)]))]
         taps = K.idiv(kc, self.run)
+
+        def over_run(a_value):  # the tile's steps along this tap's run, k = tap * run + cc
+            return K.Loop("cc", self.run, [K.Let("kk", K.affine([(tt, self.run), (cc, 1)])), rows(a_value)])
         if not w.mask:
-            return [K.Loop("tt", taps, [K.Loop("cc", self.run, step + [rows(masked)])])]
+            return [K.Loop("tt", taps, [over_run(masked)])]
         inside = None  # the mask does not depend on the channel
         for r in range(self.MR):
             inside = K.land(inside, mask_expr(w, window_index(K.Const(r))))
@@ -447,9 +441,8 @@ class Tiling:
         at_run = K.affine([(K.Var("r"), self.run), (cc, 1)])
         copy = K.Loop("r", self.MR, [K.Loop("cc", self.run, [K.Store("runs", at_run, masked)], "vector")])
         per_tap = K.Loop("tt", taps, [
-            K.If(inside, [K.Loop("cc", self.run, step + [rows(plain)])]),
-            K.If(K.Unary("not", inside, "bool"), [
-                copy, K.Loop("cc", self.run, step + [rows(K.Load("runs", at_run, masked.dtype))])])])
+            K.If(inside, [over_run(plain)]),
+            K.If(K.Unary("not", inside, "bool"), [copy, over_run(K.Load("runs", at_run, masked.dtype))])])
         # every row inside at every tap: each constraint lo <= row part + tap part < hi
         # holds for the tap part's least and greatest values
         tile_inside = None
@@ -460,7 +453,7 @@ class Tiling:
                 part = linear(window_index(K.Const(r))[:nrows], coeffs[:nrows], 0)
                 tile_inside = K.land(tile_inside, K.land(K.Binary("le", K.Const(lo - taps_low), part, "bool"),
                                                          K.Binary("lt", part, K.Const(hi - taps_high), "bool")))
-        return [K.If(tile_inside, [K.Loop("tt", taps, [K.Loop("cc", self.run, step + [rows(plain)])])]),
+        return [K.If(tile_inside, [K.Loop("tt", taps, [over_run(plain)])]),
                 K.If(K.Unary("not", tile_inside, "bool"), [per_tap])]
 
     def write_back(self, low: Lowering, out, bt, ip, jp, pc) -> list:
@@ -506,6 +499,17 @@ class Tiling:
         guarded = K.Loop("wr", MR, [K.Loop("wc", NR, [K.If(inside, update)])])
         whole = K.Binary("le", K.affine([(jp, NR)], NR), K.Const(self.N), "bool")
         return [K.If(whole, [rows]), K.If(K.Unary("not", whole, "bool"), [guarded])]
+
+
+def copy_run(copy, value, valid) -> list:
+    """`copy(v)` (statements storing v along a run of a window's channels) of the run's
+    plain loads where the window reads inside the input, of zeros where it reads
+    padding: `valid`, the window's mask, is the same for every channel of the run (None:
+    no padding), so the test is made once a run, not per element."""
+    if valid is None:
+        return [copy(value)]
+    return [K.If(valid, [copy(K.Load(value.buf, value.index, value.dtype))]),
+            K.If(K.Unary("not", valid, "bool"), [copy(K.Const(0, value.dtype))])]
 
 
 def epilogue(low: Lowering, bt, i, j):

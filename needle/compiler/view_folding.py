@@ -112,7 +112,7 @@ class _Folder:
             k, why = split_point(n.shape, ch, self.read_windows)
             if k is not None:
                 partial = memo[(id(n), ch[:k])]
-                return self._apply(self._copy(partial, why.format(shape=partial.shape)), ch[k:])
+                return self._apply(self._copy(partial, why), ch[k:])
             srcs = tuple(memo[(id(s), ch)] for s in n.srcs)
             shape = srcs[0].shape if srcs else n.shape
             out = Node(n.op, srcs, n.arg, shape, n.dtype, n.device, n.origin)
@@ -166,9 +166,8 @@ class _Folder:
 
 def split_point(shape, chain, read_windows: bool) -> tuple:
     """(k, reason): pushing `chain` into an elementwise node of `shape` stops before
-    op k, and the node read through ops[:k] is stored (a copy; `reason` names why,
-    with a {shape} field for the copy's), or (None, None) when the whole chain goes
-    down.  It stops at an op no view can express, and (`read_windows`) at a window
+    op k, and the node read through ops[:k] is stored (a copy; `reason` names why),
+    or (None, None) when the whole chain goes down.  It stops at an op no view can express, and (`read_windows`) at a window
     that reads each element up to its kernel's size times along runs of at least
     WINDOW_RUN channels (a conv of a computed activation): then the activation is
     stored once, in the windows' layout and padded, and the conv's matmul reads the
@@ -179,9 +178,10 @@ def split_point(shape, chain, read_windows: bool) -> tuple:
         if read_windows and reads_windows(view, op, arg):
             return k, "stored before its windows are read (each element up to " \
                       f"{math.prod(arg[1])} times): the conv's matmul reads them in place"
-        view = move(view, op, arg)
-        if view is None:
-            return k, f"{op} {arg} cannot be expressed as a view of {{shape}}"
+        moved = move(view, op, arg)
+        if moved is None:
+            return k, f"{op} {arg} cannot be expressed as a view of {view.shape}"
+        view = moved
     return None, None
 
 
