@@ -58,6 +58,20 @@ def _flatten(value, tensors: list):
         return ("object", id(value))
 
 
+def all_tensors(values) -> bool:
+    for v in values:  # (a loop, not a generator: this runs on every call)
+        if type(v) is not Tensor:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _tensor_args(n: int) -> tuple:
+    """The key `_flatten` gives the arguments of f(t_0, ..., t_{n-1}), all Tensors
+    (and no keywords)."""
+    return (("tuple", *[(INPUT, i) for i in range(n)]), ())
+
+
 class JitFunction:
     """`fn` with captured steps; see the module docstring and SPEC "Captured steps"."""
 
@@ -94,8 +108,11 @@ class JitFunction:
         if capture.CURRENT is not None:  # a jitted function called inside a capture: inline it
             return self.fn(*args, **kwargs)
         self.calls += 1
-        inputs = []
-        key = (_flatten(args, inputs), _flatten(kwargs, inputs) if kwargs else ())
+        if not kwargs and all_tensors(args):  # f(x, y): the template without the walk
+            inputs, key = args, _tensor_args(len(args))
+        else:
+            inputs = []
+            key = (_flatten(args, inputs), _flatten(kwargs, inputs) if kwargs else ())
         if self.calls == 1:
             return self.fn(*args, **kwargs)  # warm-up: optimizers create their state
         arrays, layouts = [], []  # (one pass: this runs on every call)
@@ -112,7 +129,8 @@ class JitFunction:
         key = (*key, tuple(layouts))
         for step in self.captures.get(key, ()):
             if step.matches():
-                self.captures.move_to_end(key)
+                if len(self.captures) > 1:
+                    self.captures.move_to_end(key)
                 result = step.replay(arrays)
                 if result is not STALE:
                     self.replays += 1

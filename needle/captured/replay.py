@@ -63,6 +63,11 @@ class CapturedStep:
                 outputs.setdefault(id(array._handle), ((OUTPUT, s, j), array))
         returned = set()
         self.result = self._template(result, outputs, returned, recorder.created_ids)
+        #: (schedule, output, requires_grad) when the call returns one output as it is (the
+        #: common step), rebuilt without walking the template
+        self.single = ((self.result[1][0][1], self.result[1][0][2], self.result[2])
+                       if self.result[0] == "tensor" and self.result[1][0][0] == OUTPUT and self.result[1][1] is None
+                       else None)
         self.holders = self._holders(recorder, outputs, returned)
 
     def _state_sources(self, recorder, slots_before, roots, sources) -> None:
@@ -172,6 +177,9 @@ class CapturedStep:
                     t._cached_data = new
                 else:
                     t._cached_data = t._cached_data[:pos] + (new,) + t._cached_data[pos + 1:]
+        if self.single is not None:
+            s, j, requires_grad = self.single
+            return Tensor.make_const(outs[s][j], requires_grad=requires_grad)
         return self._rebuild(self.result, arrays, outs, draws)
 
     def _rebuild(self, template, arrays, outs, draws):

@@ -78,13 +78,14 @@ class CompiledSchedule(ScheduleRunner):
         #: the replay plan of `launch_all`: each run of single-threaded kernels is one
         #: native call (launcher.py: ctypes costs more than a small kernel runs)
         self.segments, self.entry_tables = _segments(self.launches, t.err_ptr)
+        self.native = launcher.launch_list()
         self.spares = _Spares(len(self.outputs))
 
     # ---- the runner's hooks: host memory, ctypes and GOMP launches ----------------------
     def take_args(self):
         """The schedule's own tables (pointers computed once), unless another thread
         is running this schedule right now."""
-        args = self.tables if self.tables_free.acquire(blocking=False) else _Args(self)
+        args = self.tables if self.tables_free.acquire(False) else _Args(self)
         return args, args.ptrs
 
     def give_args(self, args) -> None:
@@ -93,11 +94,17 @@ class CompiledSchedule(ScheduleRunner):
 
     def leaf_address(self, leaf) -> int:
         handle = leaf._handle
-        return address(handle) + leaf._offset * handle.itemsize
+        try:
+            base = handle._needle_address
+        except AttributeError:
+            base = address(handle)
+        return base + leaf._offset * handle.itemsize
 
     def new_output(self, size, dtype):
-        buffer, address = host_memory.empty_with_address(max(size, 1), DTYPES[dtype])
-        return (buffer if size else buffer[:0]), address
+        buffer, found = host_memory.empty_with_address(max(size, 1), DTYPES[dtype])
+        buffer = buffer if size else buffer[:0]
+        _remember_address(buffer, found)  # read again when a later graph reads it
+        return buffer, found
 
     def output_for(self, k, size, dtype, args):
         """The buffer this output had in the last run if nothing holds it any more, else
@@ -111,9 +118,7 @@ class CompiledSchedule(ScheduleRunner):
         return self.spares.take(k, self, size, dtype)
 
     def output_array(self, handle, shape, dtype, device, address) -> NDArray:
-        out = _host_array(shape, self.output_strides[shape], dtype, device, handle)
-        _remember_address(handle, address)  # read again when a later graph reads it
-        return out
+        return _host_array(shape, self.output_strides[shape], dtype, device, handle)
 
     def acquire_temp(self, nbytes):
         return POOL.acquire(nbytes)
@@ -132,7 +137,8 @@ class CompiledSchedule(ScheduleRunner):
             for k, x in enumerate(scalars):
                 values[k] = x.value
             values.take(self.param_matrix, out=args.params)
-        args.err[0] = 0
+        if self.bounds_check:
+            args.err[0] = 0  # (only bounds-checked kernels write it)
 
     def launch_all(self, args) -> bool:
         if args is not self.tables:
@@ -153,7 +159,7 @@ class CompiledSchedule(ScheduleRunner):
 def _launch_all_of(compiled, args) -> None:
     """Every kernel of `compiled`, untimed and unchecked, from its own argument tables
     (their pointers computed once): the replay loop of a captured step."""
-    native = launcher.launch_list()
+    native = compiled.native
     for table, count, launch in compiled.segments:
         if launch is None:
             native(table, count)

@@ -151,6 +151,22 @@ def test_non_tensor_arguments_select_their_own_capture():
     assert calls == [2.0, 2.0, 3.0]  # warm-up, capture (2.0), capture (3.0); the rest replay
 
 
+def test_the_shortcut_key_of_tensor_arguments_is_the_general_key():
+    # f(x, y, z) with Tensors only skips the template walk; a call that took the walk
+    # (a Tensor subclass among them) must still find the same capture
+    from needle.captured.function import _flatten, _tensor_args
+    ts = tuple(ndl.Tensor(np.zeros(2, "float32"), requires_grad=False) for _ in range(3))
+    assert _tensor_args(3) == (_flatten(ts, []), ())
+
+    f = ndl.jit(lambda x, y: x * y + 1.0)
+    p = ndl.nn.Parameter(ndl.Tensor(np.arange(2, dtype="float32"), requires_grad=False))
+    for _ in range(3):
+        f(ts[0], ts[1])
+    f(p, ts[1])  # a Parameter: the general walk, the same key and capture
+    assert f.replays == 2 and sum(len(v) for v in f.captures.values()) == 1
+    np.testing.assert_array_equal(f(p, ts[1]).numpy(), [1.0, 1.0])
+
+
 READS = {
     ".numpy()": lambda loss: loss.numpy(),
     ".item()": lambda loss: loss.item(),
