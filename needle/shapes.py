@@ -24,6 +24,8 @@ def compact_strides(shape) -> tuple:
 
 def broadcast_shapes(op: str, *shapes) -> tuple:
     """numpy's broadcasting rule, with an error that names the op and the shapes."""
+    if len(shapes) == 2 and shapes[0] == shapes[1]:  # (a matmul's batch: on every one's path)
+        return tuple(shapes[0])
     ndim = max(len(s) for s in shapes)
     out = []
     for i in range(ndim):

@@ -295,10 +295,13 @@ def matmul(a, b) -> Node:
     """(..., m, k) @ (..., k, n) with identical batch shapes (broadcast first)."""
     if a.ndim < 2 or b.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"matmul: shapes {fmt_shape(a.shape)} and {fmt_shape(b.shape)} do not match")
-    dtype = require_same("matmul", a.dtype, b.dtype, shapes=(a.shape, b.shape))
+    dtype = a.dtype
+    if b.dtype != dtype:
+        require_same("matmul", a.dtype, b.dtype, shapes=(a.shape, b.shape))
     if dtype == "bool":
         raise DTypeError("matmul: not defined for bool")
-    _same_device("matmul", (a, b))
+    if b.device is not a.device:
+        _same_device("matmul", (a, b))
     return _new("matmul", (a, b), None, a.shape[:-1] + b.shape[-1:], dtype, a.device)
 
 
