@@ -58,6 +58,11 @@ def _flatten(value, tensors: list):
         return ("object", id(value))
 
 
+def _pending(value) -> list:
+    """The pending nodes of a slot's value: a Tensor or a tuple of them."""
+    return [n for t in (value if isinstance(value, tuple) else (value,)) for n in pending_nodes(t)]
+
+
 def all_tensors(values) -> bool:
     for v in values:  # (a loop, not a generator: this runs on every call)
         if type(v) is not Tensor:
@@ -140,17 +145,23 @@ class JitFunction:
         return self._capture(key, inputs, args, kwargs)
 
     def _capture(self, key, inputs, args, kwargs):
-        realize_nodes([])  # state still pending from earlier calls becomes buffers the capture can read
         roots = state.roots(self.fn, args, kwargs)
         modules = []
         slots_before = state.slots(roots, modules)
+        # state still pending from earlier calls (the warm-up's, a plain lazy loop's) becomes
+        # buffers the capture reads; else its graph would be folded into the capture, and
+        # every replay would start again from the state those calls began with
+        realize_nodes([n for _, _, value in slots_before for n in _pending(value)])
         recorder = capture.Recorder()
         capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = recorder, recorder.schedule, capture.host_read
         try:
             with capture.STAMP_SOURCES():  # once per capture: lines for profiles of replays
                 result = self.fn(*args, **kwargs)
-                pending = [n for t in autograd.tensors_in(result) for n in pending_nodes(t)]
-                realize_nodes(pending)  # close the step: nothing it made stays pending
+                # close the step: nothing it made stays pending, neither what it returns
+                # nor the state it replaced (else a replay, which runs only the captured
+                # kernels, would never compute that state)
+                made = list(autograd.tensors_in(result)) + list(state.replacements(slots_before).values())
+                realize_nodes([n for t in made for n in _pending(t)])
         finally:
             capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = None, None, None
         gc.collect()

@@ -228,28 +228,35 @@ def _worth_threads(kernel) -> bool:
 
 
 class _Spares:
-    """A compiled schedule's outputs of its last run, one per output, to be reused once
-    nothing else refers to them: neither the Buffer (held by an NDArray, a Tensor) nor
-    the array that owns its memory when it has one (numpy points views of the Buffer,
-    `.numpy()`'s among them, at that owner directly), by CPython's reference counts.
-    All schedules together keep at most SPARE_BYTES; a schedule's are freed with it."""
+    """A compiled schedule's outputs of its last two runs, up to two per output, to be
+    reused once nothing else refers to them: neither the Buffer (held by an NDArray, a
+    Tensor) nor the array that owns its memory when it has one (numpy points views of
+    the Buffer, `.numpy()`'s among them, at that owner directly), by CPython's reference
+    counts.  Two, because a training step's new parameters, optimizer state and
+    gradients replace the last step's only after the kernels ran: the last run's
+    buffers are still held then, the run's before is free (ResNet9 allocated 124
+    outputs a step, 556 fresh pages).  All schedules together keep at most
+    SPARE_BYTES; a schedule's are freed with it."""
 
     __slots__ = ("kept", "nbytes")
     total = 0  # bytes kept by every schedule
+    PER_OUTPUT = 2
 
     def __init__(self, n: int):
-        self.kept = [None] * n  # per output: (buffer, address) or None
+        self.kept = [()] * n  # per output: (buffer, address) pairs, the newest first
         self.nbytes = 0
 
     def take(self, k: int, compiled: "CompiledSchedule", size: int, dtype: str) -> tuple:
         kept = self.kept[k]
-        if kept is not None and _references(kept) == _UNHELD[kept[0].base is None]:
-            return kept
+        for entry in kept:
+            if _references(entry) == _UNHELD[entry[0].base is None]:
+                return entry
         fresh = compiled.new_output(size, dtype)
-        old = kept[0].nbytes if kept is not None else 0
+        dropped = kept[self.PER_OUTPUT - 1:]  # the oldest, when the output has its two
+        old = sum(entry[0].nbytes for entry in dropped)
         new = fresh[0].nbytes
         if _Spares.total - old + new <= SPARE_BYTES:
-            self.kept[k] = fresh
+            self.kept[k] = (fresh,) + kept[:self.PER_OUTPUT - 1]
             self.nbytes += new - old
             _Spares.total += new - old
         return fresh

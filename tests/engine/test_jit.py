@@ -167,6 +167,26 @@ def test_the_shortcut_key_of_tensor_arguments_is_the_general_key():
     np.testing.assert_array_equal(f(p, ts[1]).numpy(), [1.0, 1.0])
 
 
+@pytest.mark.parametrize("read_each_call", [True, False])
+def test_state_the_step_replaces_without_returning_it_is_computed_at_every_replay(read_each_call):
+    # nothing returned, nothing realized inside: the capture itself must compute the new
+    # state, or the replays (which run only captured kernels) would leave it unchanged;
+    # and the warm-up's pending state must not be folded into the capture, or every
+    # replay would start again from the value before the warm-up
+    box = {"w": ndl.Tensor(np.ones(3, np.float32), requires_grad=False)}
+
+    @ndl.jit
+    def double():
+        box["w"] = box["w"] * 2
+
+    for k in range(1, 6):
+        double()
+        if read_each_call:
+            np.testing.assert_array_equal(box["w"].numpy(), np.full(3, 2.0 ** k, np.float32))
+    np.testing.assert_array_equal(box["w"].numpy(), np.full(3, 2.0 ** 5, np.float32))
+    assert double.replays == 3
+
+
 READS = {
     ".numpy()": lambda loss: loss.numpy(),
     ".item()": lambda loss: loss.item(),

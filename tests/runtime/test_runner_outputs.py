@@ -143,6 +143,33 @@ def test_an_output_still_referred_to_is_never_overwritten(n, hold):
         np.testing.assert_array_equal(values, np.full(values.shape, 2, np.float32))
 
 
+@pytest.mark.parametrize("n", SIZES)
+def test_state_replaced_after_each_run_reuses_the_output_of_the_run_before(n, monkeypatch):
+    """A step's new state (a parameter, a gradient) replaces the old only after the
+    kernels ran, so the last run's output is still held when the next run starts: the
+    output of the run before is reused, no fresh allocation after the first replays."""
+    from needle.runtime import cpu
+    state = {"w": ndl.Tensor(np.ones(n, np.float32), requires_grad=False)}
+
+    @ndl.jit
+    def step():
+        state["w"] = state["w"] * 2
+
+    for _ in range(4):
+        step()
+    fresh = []
+    new_output = cpu.CompiledSchedule.new_output
+    monkeypatch.setattr(cpu.CompiledSchedule, "new_output",
+                        lambda self, size, dtype: fresh.append(size) or new_output(self, size, dtype))
+    addresses = []
+    for _ in range(4):
+        step()
+        addresses.append(_address(state["w"]))
+    assert fresh == [] and step.replays == 6
+    assert addresses[0] == addresses[2] != addresses[1] == addresses[3]  # two buffers, taking turns
+    np.testing.assert_array_equal(state["w"].numpy(), np.full(n, 2.0 ** 8, np.float32))
+
+
 def test_kept_outputs_are_bounded_and_freed_with_their_schedule(monkeypatch):
     import gc
     from needle.engine import schedule_cache
