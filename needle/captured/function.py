@@ -63,7 +63,7 @@ def _pending(value) -> list:
     return [n for t in (value if isinstance(value, tuple) else (value,)) for n in pending_nodes(t)]
 
 
-def all_tensors(values) -> bool:
+def _all_tensors(values) -> bool:
     for v in values:  # (a loop, not a generator: this runs on every call)
         if type(v) is not Tensor:
             return False
@@ -113,7 +113,7 @@ class JitFunction:
         if capture.CURRENT is not None:  # a jitted function called inside a capture: inline it
             return self.fn(*args, **kwargs)
         self.calls += 1
-        if not kwargs and all_tensors(args):  # f(x, y): the template without the walk
+        if not kwargs and _all_tensors(args):  # f(x, y): the template without the walk
             inputs, key = args, _tensor_args(len(args))
         else:
             inputs = []

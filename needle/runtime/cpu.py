@@ -94,11 +94,7 @@ class CompiledSchedule(ScheduleRunner):
 
     def leaf_address(self, leaf) -> int:
         handle = leaf._handle
-        try:
-            base = handle._needle_address
-        except AttributeError:
-            base = address(handle)
-        return base + leaf._offset * handle.itemsize
+        return address(handle) + leaf._offset * handle.itemsize
 
     def new_output(self, size, dtype):
         buffer, found = host_memory.empty_with_address(max(size, 1), DTYPES[dtype])
@@ -107,11 +103,12 @@ class CompiledSchedule(ScheduleRunner):
         return buffer, found
 
     def output_for(self, k, size, dtype, args):
-        """The buffer this output had in the last run if nothing holds it any more, else
-        a new one (kept for the next run, within SPARE_BYTES).  A step run again and
-        again (a training loop, a replay) then skips the allocation, its Buffer and its
-        address (2-2.5 us of Python an output): a captured 16x32x256 matmul took 15.5-17
-        us a call instead of 19.  Only with the schedule's own tables, which one thread
+        """A buffer this output had in one of the last two runs if nothing holds it any
+        more, else a new one (kept for the next runs, within SPARE_BYTES; see `_Spares`).
+        A step run again and again (a training loop, a replay) then skips the allocation,
+        its Buffer and its address (2-2.5 us of Python an output: a captured 16x32x256
+        matmul took 15.5-17 us a call instead of 19) and writes memory still in cache
+        instead of fresh pages.  Only with the schedule's own tables, which one thread
         holds at a time."""
         if args is not self.tables or not size:
             return self.new_output(size, dtype)
