@@ -16,9 +16,9 @@ tiled, register-blocked macro-kernel (the BLIS loop nest).
    A and one vector load of B per row and step.  The tile is added to C; after
    the last K block the epilogue (bias, activation) is applied as it is stored.
 
-A small operand, or a row-major A, is read in place instead of packed (`direct`), and so
-is an A computed cheaply from its producers (a bias and an activation) when one panel of
-columns reads it (`_cheap_in_place`).
+A small operand, or a row-major A, is read in place instead of packed (`direct`); an A
+computed from rows that lie apart in memory (relu(z + b)) is packed row-major, computed
+along K (`rows_block`).
 A conv's A, its im2col matrix of input windows, is read in place too, from the
 input (the implicit GEMM: `tap_loops`; its K blocks are whole kernel taps), or with
 many output channels packed from it (`window_rows`), and a weight gradient's A, the
@@ -31,7 +31,7 @@ import math
 
 from ..codegen import kernel_ir as K
 from ..dtypes import itemsize
-from .kernel_exprs import costly, replace, unravel
+from .kernel_exprs import replace, unravel
 from .fusion import window_operand
 from .lowering import Lowering, linear, mask_expr, nest
 from .views import View
@@ -156,7 +156,10 @@ class Tiling:
         # contiguous along j (a ragged last panel is read with masked loads)
         self.direct_a = self.in_place or (not (self.window or self.window_t) and self.direct(self.a, rows_first=True))
         self.direct_b = self.direct(self.b, rows_first=False)
-        if (self.window and not self.in_place) or self.window_t:  # a block per (K block, row block)
+        #: A computed from rows that lie apart in memory is packed row-major, computed along
+        #: K (`rows_block`), not in [kk][MR] panels gathered MR rows apart
+        self.a_rows = not (self.direct_a or self.window or self.window_t) and self.BT == 1 and self.rows_apart()
+        if (self.window and not self.in_place) or self.window_t or self.a_rows:  # a block per (K block, row block)
             self.ap, self.packs_a = new_scratch(self.KB * self.IB * self.PK * self.MCP * self.MR, m.dtype), True
         else:
             self.ap, self.packs_a = (None, False) if self.direct_a else self.packed_slot(packed, new_scratch, True)
@@ -184,16 +187,13 @@ class Tiling:
         fused computation, which every panel would repeat), no mask, (for B) contiguous
         along its columns, and small enough to stay in cache (for B with rows close
         enough, or few rows of A), or (for A) row-major, or affine in k and not much
-        larger (A_AFFINE_LIMIT), or (for B) reused by few rows of A (FEW_ROWS); or (for
-        A) computed, cheaply, for a single panel of columns (`_cheap_in_place`)."""
+        larger (A_AFFINE_LIMIT), or (for B) reused by few rows of A (FEW_ROWS)."""
         elements = math.prod(operand.shape[-2:])  # one matrix of a stack
         small = elements <= DIRECT_LIMIT["a" if rows_first else "b"]
         if not small and not rows_first and self.M > FEW_ROWS:
             return False
         i, k = K.Var("probe_i"), K.Var("probe_k")
         value = self.make().gen(operand, self.batch_index(K.Const(0)) + ((i, k) if rows_first else (k, i)))
-        if rows_first and self.NP == 1 and not isinstance(value, K.Load):
-            return _cheap_in_place(value)
         if not (isinstance(value, K.Load) and value.valid is None
                 and (rows_first or _stride(value.index, "probe_i") == 1)):
             return False
@@ -269,6 +269,8 @@ class Tiling:
             return self.window_block(low, out, ib, pc)
         if self.window:
             return self.window_rows(low, out, ib, pc)
+        if self.a_rows:
+            return self.rows_block(low, out, ib, pc)
         p = K.Var("p")
         per_panel = [K.Loop("ipo", self.MCP, [
             K.Let("p", K.affine([(ib, self.MCP), (K.Var("ipo"), 1)])),
@@ -284,6 +286,33 @@ class Tiling:
         whole = K.Binary("le", K.affine([(ib, self.MCP * self.MR)], self.MCP * self.MR), K.Const(self.M), "bool")
         by_rows = self.panel(low, self.a, out, True, bt, pc, p, panels=self.MCP, first=K.affine([(ib, self.MCP)]))
         return [K.If(whole, by_rows), K.If(K.Unary("not", whole, "bool"), per_panel)]
+
+    def rows_apart(self) -> bool:
+        """Whether A is computed from its producers (a bias and an activation fused in)
+        out of loads contiguous along K whose rows lie apart: packed into [kk][MR] panels
+        it would be gathered MR rows apart at every step of K.  Packed row-major
+        instead, relu(z + b) @ w took (2 threads, AVX2) 128x256x64 60 us instead of 100
+        (a stored A read in place: 51), 128x784x256 370 instead of 420 (347),
+        100x100x50 24.5 instead of 32.5 (21.5), 128x256x10 23.7 instead of 64.6 (20.5;
+        computed by the tile itself, 38.9)."""
+        value = self.make().gen(self.a, self.batch_index(K.Const(0)) + (K.Var("probe_i"), K.Var("probe_k")))
+        strides = _load_strides(value)
+        return bool(strides) and not isinstance(value, K.Load) and \
+            all(along in (0, 1) for _, along in strides) and any(across not in (0, 1) for across, _ in strides)
+
+    def rows_block(self, low: Lowering, out: str, ib, pc) -> list:
+        """Statements that pack row block `ib` of K block `pc` of a computed A whose
+        rows lie apart (`rows_apart`): each row of the block computed along K, vector
+        loads and stores, into the block row-major [MCP * MR][PK], which the tiles read
+        as MR row streams (rows past M repeat the last; their results are dropped)."""
+        rows = self.MCP * self.MR
+        i, kk = K.Var("ai"), K.Var("ak")
+        row = K.Binary("min", K.affine([(ib, rows), (i, 1)]), K.Const(self.M - 1), K.INDEX)
+        value = low.gen(self.a, self.batch_index(K.Const(0)) + (row, K.affine([(pc, self.KC), (kk, 1)])))
+        at = K.affine([(pc, self.IB * self.PK * rows), (ib, self.PK * rows), (i, self.PK), (kk, 1)])
+        # (a plain inner loop: its length, the block's depth, is known at run time only,
+        # and LLVM's loop vectorizer takes it)
+        return [K.Loop("ai", rows, [K.Loop("ak", K.Var("kc"), [K.Store(out, at, value)])])]
 
     def window_rows(self, low: Lowering, out: str, ib, pc) -> list:
         """Statements that pack row block `ib` of K block `pc` of A = a conv's windows
@@ -365,7 +394,7 @@ class Tiling:
             b_value = K.Load(bp, K.affine([(b_base, 1), (kk, NR), (c, 1)]), dtype)
         if self.in_place:
             a_value = None  # read per kernel tap: tap_loops
-        elif self.window:  # packed row-major, [MC rows][PK]
+        elif self.window or self.a_rows:  # packed row-major, [MC rows][PK]
             a_value = K.Load(ap, K.affine([(a_base, 1), (r, PK), (kk, 1)]), dtype)
         elif self.window_t:  # packed [PK][MC rows]
             a_value = K.Load(ap, K.affine([(a_base, 1), (kk, self.MCP * MR), (r, 1)]), dtype)
@@ -395,8 +424,8 @@ class Tiling:
         spill = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("tile", acc_at, acc)], "vector")], "unroll")
         tile = [K.LocalArray("acc", dtype, MR * NR), zero,
                 K.Let("pa", K.affine([(pc, self.IB * PK * self.MCP * MR), (ib, PK * self.MCP * MR),
-                                      (ipo, MR * (PK if self.window else 1))])
-                      if self.window or self.window_t else
+                                      (ipo, MR * (PK if self.window or self.a_rows else 1))])
+                      if self.window or self.window_t or self.a_rows else
                       K.affine([(bt, self.KB * self.MP * PK * MR), (pc, self.MP * PK * MR), (ip, PK * MR)])),
                 K.Let("pb", K.affine([(bt, self.KB * self.NP * PK * NR), (pc, self.NP * PK * NR), (jp, PK * NR)])),
                 *multiply, spill] + self.write_back(low, out, bt, ip, jp, pc)
@@ -581,35 +610,26 @@ def epilogue_index(m, root, bt, i, j) -> tuple:
     return unravel(K.affine([(bt, rows * cols), (i, cols), (j, 1)]), root.shape)
 
 
-def _cheap_in_place(value) -> bool:
-    """Whether A, computed from its producers (a bias and an activation fused in), is
-    computed where the tile reads it: when one panel of columns reads it (N <= NR),
-    each element is computed once either way, and packing it would gather MR rows
-    apart at every step of K (relu(z + b) @ w of 128x256 @ 256x10: 64.6 us packed,
-    41.7 us in place; a stored A read in place 20.5 us).  Only cheap arithmetic on
-    unmasked loads at affine indices, some of them strided across rows (an A whose
-    rows are contiguous packs with vector copies: h.T @ g of 256x128 @ 128x10 took
-    36 us packed, 45 us in place); a transcendental per element is cheaper
-    vectorized in the packing."""
-    if costly(value):
-        return False
-    stack, gathers = [value], False
+def _load_strides(value) -> list:
+    """(stride across rows, stride along K) of each load of an A operand's expression
+    at (probe_i, probe_k); [] if it is not arithmetic on unmasked, affine loads."""
+    stack, strides = [value], []
     while stack:
         e = stack.pop()
         if isinstance(e, K.Load):
             across, along = _stride(e.index, "probe_i"), _stride(e.index, "probe_k")
             if e.valid is not None or across is None or along is None:
-                return False
-            gathers = gathers or across not in (0, 1)
+                return []
+            strides.append((across, along))
         elif isinstance(e, (K.Unary, K.Cast)):
             stack.append(e.x)
         elif isinstance(e, K.Binary):
             stack += [e.a, e.b]
         elif isinstance(e, K.Where):
             stack += [e.cond, e.a, e.b]
-        elif not isinstance(e, (K.Const, K.Var)):
-            return False
-    return gathers
+        elif not isinstance(e, (K.Const, K.Var, K.Param)):
+            return []
+    return strides
 
 
 def _stride(index, var: str):

@@ -177,40 +177,37 @@ def test_a_small_b_with_rows_4kb_apart_is_packed_when_many_rows_reuse_it(rows, p
 
 
 @pytest.mark.parametrize("vector_bytes", [64, 32, 16])
-@pytest.mark.parametrize("case, in_place", [
-    ("relu(z + b) @ w", True),      # a classifier after its hidden layer: rows K apart, cheap
-    ("relu(z + b).T @ g", False),   # its weight gradient: A's rows contiguous, packed by vector copies
-    ("exp(z) @ w", False),          # a transcendental per element: cheaper vectorized in the packing
+@pytest.mark.parametrize("n", [10, 50])
+@pytest.mark.parametrize("case, by_rows", [
+    ("relu(z + b) @ w", True),      # a layer after its hidden layer: A's rows K apart
+    ("exp(z) @ w", True),           # a transcendental: computed along K, vectorized
+    ("relu(z + b).T @ g", False),   # the weight gradient: A's rows contiguous, packed in panels
 ])
-def test_a_computed_a_with_one_panel_of_columns(vector_bytes, case, in_place):
-    """N <= NR: each element of a computed A is computed once whether it is packed or read
-    by the tile, so a cheap one whose packing would gather across rows is computed in
-    place (no packed copy: C is the macro-kernel's only output); values against numpy
-    float64 for AVX-512, AVX2 and SSE tiles (10 columns, 131 rows: ragged panels)."""
+def test_a_computed_a_whose_rows_lie_apart_is_packed_row_major(vector_bytes, n, case, by_rows):
+    """A computed from its producers with rows K apart is packed row-major, computed
+    along K (no gathers across rows); values against numpy float64 for AVX-512, AVX2 and
+    SSE tiles (131 rows and 10 or 50 columns: ragged panels)."""
     host = cpu_target()
     target = host.with_vector_bytes(vector_bytes)
     if not target.can_run_on(host):
         pytest.skip(f"this host cannot run {vector_bytes}-byte SIMD code")
-    m, k, n = 131, 150, 10
+    m, k = 131, 150
     assert m * k * n > matmul_tiling.SMALL  # tiled, not the plain loop nest
     z, b, w, g = tensor(m, k), tensor(1, k), tensor(k, n), tensor(m, n)
+    relu = np.maximum(f64(z) + f64(b), 0)
     zb = ops.relu(z + ops.broadcast_to(b, (m, k)))
-    y, want = {
-        "relu(z + b) @ w": (zb @ w, np.maximum(f64(z) + f64(b), 0) @ f64(w)),
-        "relu(z + b).T @ g": (ops.transpose(zb) @ g, np.maximum(f64(z) + f64(b), 0).T @ f64(g)),
-        "exp(z) @ w": (ops.exp(z * 0.1) @ w, np.exp(f64(z) * 0.1) @ f64(w)),
+    y, a, other = {
+        "relu(z + b) @ w": (zb @ w, relu, w),
+        "exp(z) @ w": (ops.exp(z * 0.1) @ w, np.exp(f64(z) * 0.1), w),
+        "relu(z + b).T @ g": (ops.transpose(zb) @ g, relu.T, g),
     }[case]
     nodes = output_nodes([y])
     signature = structure(nodes)
     schedule, _ = plan(nodes, target, signature)
     (macro,) = [c.kernel for c in schedule.calls if c.kernel.name.startswith("M_")]
-    one_panel = n <= matmul_tiling.tile_shape("float32", vector_bytes)[1]  # SSE's 8-wide tiles: two panels
-    assert sum(buf.role == "out" for buf in macro.bufs) == (1 if in_place and one_panel else 2)
+    assert sum(buf.role == "out" for buf in macro.bufs) == 2  # C and the packed A
+    assert ("for ai in" in macro.text()) == by_rows            # rows_block's loop
     (out,) = schedule_cache.compile_schedule(schedule, target).run(signature.leaves, signature.scalars, ndl.cpu())
-    a = {"relu(z + b) @ w": np.maximum(f64(z) + f64(b), 0), "relu(z + b).T @ g": np.maximum(f64(z) + f64(b), 0).T,
-         "exp(z) @ w": np.exp(f64(z) * 0.1)}[case]
-    other = g if case == "relu(z + b).T @ g" else w
-    # float32: each A element within 2 eps of its float64 value, then k-term dot products
-    depth = a.shape[1]
-    bound = (depth + 3) * np.finfo(np.float32).eps * (np.abs(a) @ np.abs(f64(other)))
-    assert np.all(np.abs(out.numpy() - want) <= bound)
+    # float32: each A element within a few eps of its float64 value, then k-term dot products
+    bound = (a.shape[1] + 3) * np.finfo(np.float32).eps * (np.abs(a) @ np.abs(f64(other)))
+    assert np.all(np.abs(out.numpy() - a @ f64(other)) <= bound)
