@@ -42,6 +42,40 @@ def uses(e, names) -> bool:
     return any(uses(c, names) for c in _children(e))
 
 
+def loads(e):
+    """The Loads of an arithmetic expression (loads, constants, variables, parameters
+    and the ops on them), outermost first; None if it holds anything else."""
+    found, stack = [], [e]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, K.Load):
+            found.append(e)
+        elif isinstance(e, (K.Unary, K.Cast, K.Binary, K.Where)):
+            stack += _children(e)
+        elif not isinstance(e, (K.Const, K.Var, K.Param)):
+            return None
+    return found
+
+
+def coefficient(index, var: str):
+    """The coefficient of `var` in an affine index expression (None if not affine)."""
+    if isinstance(index, K.Var):
+        return 1 if index.name == var else 0
+    if isinstance(index, K.Const):
+        return 0
+    if isinstance(index, K.Binary) and index.op in ("add", "sub"):
+        a, b = coefficient(index.a, var), coefficient(index.b, var)
+        return None if a is None or b is None else a + b if index.op == "add" else a - b
+    if isinstance(index, K.Binary) and index.op == "mul":
+        a, b = coefficient(index.a, var), coefficient(index.b, var)
+        if a == 0 and b is not None and isinstance(index.a, K.Const):
+            return index.a.value * b
+        if b == 0 and a is not None and isinstance(index.b, K.Const):
+            return index.b.value * a
+        return 0 if a == 0 and b == 0 else None
+    return None
+
+
 def hoist(e, names, hoisted: list, at, prefix: str):
     """e with each costly subexpression that reads none of `names` (a column's terms,
     in a loop over rows) replaced by a load of local row `<prefix><k>` at `at`;

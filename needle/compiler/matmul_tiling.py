@@ -31,7 +31,7 @@ import math
 
 from ..codegen import kernel_ir as K
 from ..dtypes import itemsize
-from .kernel_exprs import replace, unravel
+from .kernel_exprs import coefficient, loads, replace, unravel
 from .fusion import window_operand
 from .lowering import Lowering, linear, mask_expr, nest
 from .views import View
@@ -195,9 +195,9 @@ class Tiling:
         i, k = K.Var("probe_i"), K.Var("probe_k")
         value = self.make().gen(operand, self.batch_index(K.Const(0)) + ((i, k) if rows_first else (k, i)))
         if not (isinstance(value, K.Load) and value.valid is None
-                and (rows_first or _stride(value.index, "probe_i") == 1)):
+                and (rows_first or coefficient(value.index, "probe_i") == 1)):
             return False
-        k_stride = _stride(value.index, "probe_k")
+        k_stride = coefficient(value.index, "probe_k")
         if rows_first:
             return small or k_stride == 1 or (k_stride is not None and elements <= A_AFFINE_LIMIT)
         row_bytes = (k_stride or 0) * itemsize(self.m.dtype)
@@ -613,42 +613,12 @@ def epilogue_index(m, root, bt, i, j) -> tuple:
 def _load_strides(value) -> list:
     """(stride across rows, stride along K) of each load of an A operand's expression
     at (probe_i, probe_k); [] if it is not arithmetic on unmasked, affine loads."""
-    stack, strides = [value], []
-    while stack:
-        e = stack.pop()
-        if isinstance(e, K.Load):
-            across, along = _stride(e.index, "probe_i"), _stride(e.index, "probe_k")
-            if e.valid is not None or across is None or along is None:
-                return []
-            strides.append((across, along))
-        elif isinstance(e, (K.Unary, K.Cast)):
-            stack.append(e.x)
-        elif isinstance(e, K.Binary):
-            stack += [e.a, e.b]
-        elif isinstance(e, K.Where):
-            stack += [e.cond, e.a, e.b]
-        elif not isinstance(e, (K.Const, K.Var, K.Param)):
-            return []
+    found = loads(value)
+    strides = [(coefficient(e.index, "probe_i"), coefficient(e.index, "probe_k")) for e in found or ()
+               if e.valid is None]
+    if found is None or len(strides) < len(found) or any(None in pair for pair in strides):
+        return []
     return strides
-
-
-def _stride(index, var: str):
-    """The coefficient of `var` in an affine index expression (None if not affine)."""
-    if isinstance(index, K.Var):
-        return 1 if index.name == var else 0
-    if isinstance(index, K.Const):
-        return 0
-    if isinstance(index, K.Binary) and index.op in ("add", "sub"):
-        a, b = _stride(index.a, var), _stride(index.b, var)
-        return None if a is None or b is None else a + b if index.op == "add" else a - b
-    if isinstance(index, K.Binary) and index.op == "mul":
-        a, b = _stride(index.a, var), _stride(index.b, var)
-        if a == 0 and b is not None and isinstance(index.a, K.Const):
-            return index.a.value * b
-        if b == 0 and a is not None and isinstance(index.b, K.Const):
-            return index.b.value * a
-        return 0 if a == 0 and b == 0 else None
-    return None
 
 
 def naive(low: Lowering) -> K.Kernel:
