@@ -67,7 +67,7 @@ def test_nchw_to_nhwc_beside_a_channels_last_operand(vector_bytes):
 @pytest.mark.parametrize("shape, axes, blocked", [
     ((4, 8, 8, 16), (0, 3, 1, 2), True),    # NHWC -> NCHW: rows of H * W = 64
     ((4, 16, 8, 8), (0, 2, 3, 1), False),   # NCHW -> NHWC of 16 channels: rows of 16
-    ((ROW, 32), (1, 0), False),             # rows of 32 (shorter than TRANSPOSE_MIN_ROW)
+    ((32, ROW), (1, 0), False),             # output rows of 32, shorter than TRANSPOSE_MIN_ROW
     ((ROW, ROW), (0, 1), False),            # no transpose at all
 ])
 def test_which_nests_are_tiled(shape, axes, blocked):
