@@ -29,8 +29,11 @@ class Lowering:
     """Builds one Kernel; `slot_of(node)` gives the schedule slot of a stored node
     or buffer leaf, `param_slot(scalar)` the slot of a run-time scalar."""
 
-    def __init__(self, group: Group, stored: set, slot_of, param_slot):
+    def __init__(self, group: Group, stored: set, slot_of, param_slot, tile_transposes: bool = False):
         self.group = group
+        #: tile transposing elementwise nests (`transpose_blocks`; CPU targets: a GPU
+        #: kernel's threads split the flat nest, see cuda_lowering.grid_stride)
+        self.tile_transposes = tile_transposes
         self.stored = stored
         self.slot_of = slot_of
         self.param_slot = param_slot
@@ -187,7 +190,8 @@ class Lowering:
                 value = named[-1][1]
             out = self.buffer(self.slot_of(stored), stored.dtype, "out")
             body.append(K.Store(out, linear(index, view.strides, view.offset), value))
-        loops, body = transpose_blocks(loops, body) or (loops, body)
+        if self.tile_transposes:
+            loops, body = transpose_blocks(loops, body) or (loops, body)
         return self.kernel(*nest(loops, body), work=math.prod(shape))
 
     def reduce(self) -> K.Kernel:
