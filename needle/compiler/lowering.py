@@ -480,9 +480,10 @@ def mask_expr(view: View, index):
 def transpose_blocks(loops, body):
     """(loops, body) of an elementwise nest that reads across what it writes (a
     transposing copy: NCHW to NHWC, a weight's last two axes swapped) with its last two
-    loops tiled in TRANSPOSE_BLOCK x TRANSPOSE_BLOCK blocks, so each cache line read
-    along the next-to-last axis is used for a whole block while it is in L1, not once
-    per row of the output; None when the nest is no such copy."""
+    loops tiled in TRANSPOSE_BLOCK x TRANSPOSE_BLOCK blocks: the plain nest reads a new
+    cache line (past 4 KB strides, a new page) for every element of an output row and
+    comes back to it a row later; a block uses what it reads while it is at hand.  None
+    when the nest is no such copy."""
     if len(loops) < 2:
         return None
     (v, nv), (last, nl) = loops[-2], loops[-1]
