@@ -187,6 +187,38 @@ def test_state_the_step_replaces_without_returning_it_is_computed_at_every_repla
     assert double.replays == 3
 
 
+def test_module_attribute_and_tuple_state_replaced_without_returning_them():
+    # a jitted method that accumulates into a module attribute, and a function that
+    # rotates a tuple of state tensors; neither returns nor reads what it replaced
+    class Counter(ndl.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.count = ndl.Tensor(np.zeros(2, np.float32), requires_grad=False)
+
+        @ndl.jit
+        def tick(self, x):
+            self.count = self.count + x
+
+    counter, one = Counter(), ndl.Tensor(np.ones(2, np.float32), requires_grad=False)
+    box = {"h": (ndl.Tensor(np.zeros(3, np.float32), requires_grad=False),
+                 ndl.Tensor(np.ones(3, np.float32), requires_grad=False))}
+
+    @ndl.jit
+    def rotate(x):
+        a, b = box["h"]
+        box["h"] = (b + x, a * 2)
+
+    ones, want = ndl.Tensor(np.ones(3, np.float32), requires_grad=False), (np.zeros(3), np.ones(3))
+    for _ in range(6):
+        counter.tick(one)
+        rotate(ones)
+        want = (want[1] + 1, want[0] * 2)
+    np.testing.assert_array_equal(counter.count.numpy(), [6.0, 6.0])
+    np.testing.assert_array_equal(box["h"][0].numpy(), want[0])
+    np.testing.assert_array_equal(box["h"][1].numpy(), want[1])
+    assert counter.tick.replays == 4 and rotate.replays == 4
+
+
 READS = {
     ".numpy()": lambda loss: loss.numpy(),
     ".item()": lambda loss: loss.item(),
