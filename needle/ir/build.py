@@ -122,8 +122,9 @@ def elementwise(op: str, *srcs) -> Node:
     elif op == "add" and first.op == "assemble" and srcs[1].op == "assemble" and _disjoint(first.arg, srcs[1].arg):
         # the gradients of slices (an LSTM's four gates) summed: one assemble of all the
         # pieces, instead of a zero fill and a kernel per piece, then the additions
-        b = srcs[1]
-        return assemble(shape, list(zip(first.srcs, first.arg)) + list(zip(b.srcs, b.arg)), like=first)
+        # (both were checked when they were built: an LSTM's input gradient merges one
+        # piece per time step, and checking them all again at each merge was quadratic)
+        return _new("assemble", first.srcs + srcs[1].srcs, first.arg + srcs[1].arg, shape, dtype, device)
     return _new(op, srcs, None, shape, dtype, device)
 
 
@@ -131,10 +132,14 @@ def _disjoint(indices_a, indices_b) -> bool:
     """Whether no slice of `indices_a` (assemble indices: (start, stop, step) per axis)
     shares an element with one of `indices_b`: on some axis their ranges do not meet,
     or they step alike from starts in different residues."""
-    def apart(x, y):
-        return any(a1 <= b0 or b1 <= a0 or (c == d and a0 % c != b0 % d)
-                   for (a0, a1, c), (b0, b1, d) in zip(x, y))
-    return all(apart(x, y) for x in indices_a for y in indices_b)
+    for x in indices_a:  # (loops, not generators: a merge per time step of an LSTM)
+        for y in indices_b:
+            for (a0, a1, c), (b0, b1, d) in zip(x, y):
+                if a1 <= b0 or b1 <= a0 or (c == d and a0 % c != b0 % d):
+                    break  # apart on this axis
+            else:
+                return False
+    return True
 
 
 _UNARY_OR_BINARY = frozenset(UNARY + BINARY)
@@ -309,16 +314,22 @@ def assemble(shape, pieces, like) -> Node:
     """Zeros of `shape` with each piece written at its index: a tuple of
     (start, stop, step) per axis, step > 0.  Pieces must not overlap."""
     shape = tuple(shape)
-    for node, index in pieces:
+    srcs, indices = [], []
+    for node, index in pieces:  # (loops, not generators: every slice's gradient comes here)
         if len(index) != len(shape):
             raise ShapeError(f"assemble: index {index} does not fit shape {fmt_shape(shape)}")
-        got = tuple(len(range(a, b, c)) for a, b, c in index)
-        if got != node.shape or any(not (0 <= a <= b <= n and c > 0) for (a, b, c), n in zip(index, shape)):
+        fits = len(node.shape) == len(shape)
+        for (a, b, c), n, m in zip(index, shape, node.shape):
+            fits = fits and 0 <= a <= b <= n and c > 0 and len(range(a, b, c)) == m
+        if not fits:
             raise ShapeError(f"assemble: piece {fmt_shape(node.shape)} does not fit slice {index} of {fmt_shape(shape)}")
-        require_same("assemble", like.dtype, node.dtype)
-    _same_device("assemble", [like] + [p for p, _ in pieces])
-    return _new("assemble", tuple(p for p, _ in pieces), tuple(tuple(ix) for _, ix in pieces),
-                shape, like.dtype, like.device)
+        if node.dtype != like.dtype:
+            require_same("assemble", like.dtype, node.dtype)
+        if node.device is not like.device:
+            _same_device("assemble", [like, node])
+        srcs.append(node)
+        indices.append(tuple(index))
+    return _new("assemble", srcs, tuple(indices), shape, like.dtype, like.device)
 
 
 def copy(src) -> Node:
