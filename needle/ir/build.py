@@ -237,12 +237,16 @@ def pad(src, pads) -> Node:
 
 def shrink(src, bounds) -> Node:
     """Keep [start, stop) along each axis."""
-    bounds = tuple((int(a), int(b)) for a, b in bounds)
-    if len(bounds) != src.ndim or any(not 0 <= a <= b <= s for (a, b), s in zip(bounds, src.shape)):
+    bounds = tuple([(int(a), int(b)) for a, b in bounds])
+    fits, whole = len(bounds) == src.ndim, True
+    for (a, b), s in zip(bounds, src.shape):  # (a loop: every slice of every step comes here)
+        fits = fits and 0 <= a <= b <= s
+        whole = whole and a == 0 and b == s
+    if not fits:
         raise ShapeError(f"shrink: bounds {bounds} do not fit shape {fmt_shape(src.shape)}")
-    if all(a == 0 and b == s for (a, b), s in zip(bounds, src.shape)):
+    if whole:
         return src
-    return _movable(src, "shrink", bounds, tuple(b - a for a, b in bounds))
+    return _movable(src, "shrink", bounds, tuple([b - a for a, b in bounds]))
 
 
 def flip(src, axes) -> Node:

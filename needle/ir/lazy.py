@@ -150,14 +150,19 @@ class LazyArray(Node, ArrayOperators):
 
     def __getitem__(self, idxs) -> "LazyArray":
         index, drop, new_axes, _ = basic_index("getitem", self.shape, idxs)
-        x = build.flip(self, [i for i, (_, _, st) in enumerate(index) if st < 0])
-        bounds, steps = [], []
-        for n, (start, stop, step) in zip(self.shape, index):
+        flips, bounds, steps = [], [], []
+        for axis, (n, (start, stop, step)) in enumerate(zip(self.shape, index)):
             length = len(range(start, stop, step))
+            if step < 0:
+                flips.append(axis)
             first = start if step > 0 else n - 1 - start
             bounds.append((first, first + (length - 1) * abs(step) + 1) if length else (0, 0))
             steps.append(abs(step))
-        x = build.stride(build.shrink(x, bounds), steps)
+        # (the flip and the stride only when an index asks for them: an LSTM takes a time
+        # step and four gates by plain slices, every step)
+        x = build.shrink(build.flip(self, flips) if flips else self, bounds)
+        if any(step != 1 for step in steps):
+            x = build.stride(x, steps)
         return build.reshape(x, indexed_shape(index, drop, new_axes))
 
     def scatter(self, shape, idxs) -> "LazyArray":
@@ -174,7 +179,7 @@ class LazyArray(Node, ArrayOperators):
                 placed.append((low, low + (length - 1) * -step + 1 if length else low, -step))
             else:
                 placed.append((start, start + (length - 1) * step + 1 if length else start, step))
-        return build.assemble(shape, [(build.flip(piece, flips), tuple(placed))], like=self)
+        return build.assemble(shape, [(build.flip(piece, flips) if flips else piece, tuple(placed))], like=self)
 
     def dilate(self, axes, dilation: int) -> "LazyArray":
         shape = tuple(s * (dilation + 1) if i in axes else s for i, s in enumerate(self.shape))
