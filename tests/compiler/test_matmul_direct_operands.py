@@ -211,3 +211,20 @@ def test_a_computed_a_whose_rows_lie_apart_is_packed_row_major(vector_bytes, n, 
     # float32: each A element within a few eps of its float64 value, then k-term dot products
     bound = (a.shape[1] + 3) * np.finfo(np.float32).eps * (np.abs(a) @ np.abs(f64(other)))
     assert np.all(np.abs(out.numpy() - a @ f64(other)) <= bound)
+
+
+@pytest.mark.parametrize("m, k, n, dtype", [
+    (7, 1100, 40, "float32"),    # three K blocks, the last ragged; one ragged row panel
+    (200, 600, 24, "float64"),   # float64 tiles, two K blocks
+])
+def test_a_computed_a_packed_row_major_over_several_k_blocks(m, k, n, dtype):
+    """relu(z + b) @ w with K past one block (KC): each block's rows are computed along
+    its own depth; values against numpy float64."""
+    z = ndl.Tensor(np.random.randn(m, k).astype(dtype), requires_grad=False, dtype=dtype)
+    b = ndl.Tensor(np.random.randn(1, k).astype(dtype), requires_grad=False, dtype=dtype)
+    w = ndl.Tensor(np.random.randn(k, n).astype(dtype), requires_grad=False, dtype=dtype)
+    y = ops.relu(z + ops.broadcast_to(b, (m, k))) @ w
+    assert k > matmul_tiling.KC and "for ai in" in macro_kernel(y).text()
+    a = np.maximum(f64(z) + f64(b), 0)
+    bound = (k + 3) * np.finfo(dtype).eps * (np.abs(a) @ np.abs(f64(w)))
+    assert np.all(np.abs(y.numpy() - a @ f64(w)) <= bound)
