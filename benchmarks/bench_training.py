@@ -1,6 +1,6 @@
 """Training-step benchmark on the course's own models, the way a user runs them.
 
-    python benchmarks/bench_training.py [--models mlp,mlpresnet,resnet9,lstm] [--steps N] [--quick]
+    python benchmarks/bench_training.py [--models mlp,mlpresnet,cnn,resnet9,lstm] [--steps N] [--quick]
 
 For each model and mode a fresh process trains on random data and reports the
 median step time (forward, backward, optimizer step and reading the loss), the
@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = ("tiny", "mlp", "mlpresnet", "resnet9", "lstm")
+MODELS = ("tiny", "mlp", "mlpresnet", "cnn", "resnet9", "lstm")
 MODES = ("numpy backend", "eager", "lazy", "lazy+jit", "torch eager")
 
 
@@ -81,6 +81,10 @@ def needle_case(model_name: str, use_jit: bool):
         from examples.mlp_resnet import MLPResNet
         model = MLPResNet(784, 100, num_blocks=3, drop_prob=0.1)
         opt, shape, batch = optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-3), (784,), 100
+    elif model_name == "cnn":  # `needle train --model cnn`: NCHW convs, batch norms, max pools
+        from needle.cli.train import build_model
+        model = build_model("cnn")
+        opt, shape, batch = optim.SGD(model.parameters(), lr=0.01), (784,), 128
     else:
         from examples.models import ResNet9
         model = ResNet9()
@@ -156,6 +160,12 @@ def torch_case(model_name: str):
                               nn.Linear(100, 10))
         opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-3)
         shape, batch = (784,), 100
+    elif model_name == "cnn":
+        def stage(a, b):
+            return [nn.Conv2d(a, b, 3, padding=1), nn.BatchNorm2d(b), nn.ReLU(), nn.MaxPool2d(2)]
+        model = nn.Sequential(nn.Unflatten(1, (1, 28, 28)), *stage(1, 16), *stage(16, 32), nn.Flatten(),
+                              nn.Linear(32 * 7 * 7, 10))
+        opt, shape, batch = torch.optim.SGD(model.parameters(), lr=0.01), (784,), 128
     else:
         def cbn(a, b, k, s):
             return nn.Sequential(nn.Conv2d(a, b, k, s, k // 2), nn.BatchNorm2d(b), nn.ReLU())
