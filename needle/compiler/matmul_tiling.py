@@ -287,6 +287,18 @@ class Tiling:
         by_rows = self.panel(low, self.a, out, True, bt, pc, p, panels=self.MCP, first=K.affine([(ib, self.MCP)]))
         return [K.If(whole, by_rows), K.If(K.Unary("not", whole, "bool"), per_panel)]
 
+    def block_at(self, pc, ib, terms) -> K.Binary:
+        """Where `terms` (the place inside the block) fall in the block of A packed for
+        K block `pc` and row block `ib` (`window_rows`, `rows_block`, `window_block`, and
+        the tiles that read them): the blocks follow each other, K block by K block."""
+        rows = self.MCP * self.MR
+        return K.affine([(pc, self.IB * self.PK * rows), (ib, self.PK * rows)] + terms)
+
+    def block_row(self, ib, i):
+        """Row `i` of row block `ib` of A (rows past M repeat the last; their results
+        are dropped)."""
+        return K.Binary("min", K.affine([(ib, self.MCP * self.MR), (i, 1)]), K.Const(self.M - 1), K.INDEX)
+
     def rows_apart(self) -> bool:
         """Whether A is computed from its producers (a bias and an activation fused in)
         out of loads contiguous along K whose rows lie apart: packed into [kk][MR] panels
@@ -305,14 +317,13 @@ class Tiling:
         rows lie apart (`rows_apart`): each row of the block computed along K, vector
         loads and stores, into the block row-major [MCP * MR][PK], which the tiles read
         as MR row streams (rows past M repeat the last; their results are dropped)."""
-        rows = self.MCP * self.MR
         i, kk = K.Var("ai"), K.Var("ak")
-        row = K.Binary("min", K.affine([(ib, rows), (i, 1)]), K.Const(self.M - 1), K.INDEX)
-        value = low.gen(self.a, self.batch_index(K.Const(0)) + (row, K.affine([(pc, self.KC), (kk, 1)])))
-        at = K.affine([(pc, self.IB * self.PK * rows), (ib, self.PK * rows), (i, self.PK), (kk, 1)])
+        k = K.affine([(pc, self.KC), (kk, 1)])
+        value = low.gen(self.a, self.batch_index(K.Const(0)) + (self.block_row(ib, i), k))
+        at = self.block_at(pc, ib, [(i, self.PK), (kk, 1)])
         # (a plain inner loop: its length, the block's depth, is known at run time only,
         # and LLVM's loop vectorizer takes it)
-        return [K.Loop("ai", rows, [K.Loop("ak", K.Var("kc"), [K.Store(out, at, value)])])]
+        return [K.Loop("ai", self.MCP * self.MR, [K.Loop("ak", K.Var("kc"), [K.Store(out, at, value)])])]
 
     def window_rows(self, low: Lowering, out: str, ib, pc) -> list:
         """Statements that pack row block `ib` of K block `pc` of A = a conv's windows
@@ -322,15 +333,15 @@ class Tiling:
         [MCP * MR][PK], which the tiles read as MR row streams (rows past M repeat the
         last; their results are dropped)."""
         view, nrows, _ = self.window
-        w, run, rows = view.arg, self.run, self.MCP * self.MR
+        w, run = view.arg, self.run
         i, t, c = K.Var("wi"), K.Var("wt"), K.Var("wc")
-        row = K.Binary("min", K.affine([(ib, rows), (i, 1)]), K.Const(self.M - 1), K.INDEX)
-        index = unravel(row, w.shape[:nrows]) + unravel(K.affine([(pc, self.KC // run), (t, 1)]), w.shape[nrows:-1])
+        index = unravel(self.block_row(ib, i), w.shape[:nrows]) + \
+            unravel(K.affine([(pc, self.KC // run), (t, 1)]), w.shape[nrows:-1])
         value = low.gen(view, index + (c,))
-        at = K.affine([(pc, self.IB * self.PK * rows), (ib, self.PK * rows), (i, self.PK), (t, run), (c, 1)])
+        at = self.block_at(pc, ib, [(i, self.PK), (t, run), (c, 1)])
         body = copy_run(lambda v: K.Loop("wc", run, [K.Store(out, at, v)], "vector"), value,
                         mask_expr(w, index + (K.Const(0),)))
-        return [K.Loop("wi", rows, [K.Loop("wt", K.idiv(K.Var("kc"), run), body)])]
+        return [K.Loop("wi", self.MCP * self.MR, [K.Loop("wt", K.idiv(K.Var("kc"), run), body)])]
 
     def window_block(self, low: Lowering, out: str, ib, pc) -> list:
         """Statements that pack row block `ib` of K block `pc` of A = a conv's windows
@@ -350,8 +361,7 @@ class Tiling:
         row = K.affine([(t, run), (c, 1)])
         index = unravel(K.affine([(pc, self.KC), (kk, 1)]), w.shape[:nrows]) + unravel(t, w.shape[nrows:-1])
         value = low.gen(view, index + (c,))
-        block = K.affine([(pc, self.IB * self.PK * rows), (ib, self.PK * rows)])
-        at = K.Binary("sub", K.affine([(block, 1), (kk, rows), (row, 1)]), first, K.INDEX)
+        at = K.Binary("sub", self.block_at(pc, ib, [(kk, rows), (row, 1)]), first, K.INDEX)
         # the block's channels of this tap, [lo, hi): plain loops LLVM vectorizes (a
         # guarded load's address is chosen lane by lane, which it cannot)
         lo = K.Binary("max", K.Const(0), K.Binary("sub", first, K.affine([(t, run)]), K.INDEX), K.INDEX)
@@ -423,8 +433,7 @@ class Tiling:
         zero = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("acc", acc_at, K.Const(0, dtype))], "vector")], "unroll")
         spill = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("tile", acc_at, acc)], "vector")], "unroll")
         tile = [K.LocalArray("acc", dtype, MR * NR), zero,
-                K.Let("pa", K.affine([(pc, self.IB * PK * self.MCP * MR), (ib, PK * self.MCP * MR),
-                                      (ipo, MR * (PK if self.window or self.a_rows else 1))])
+                K.Let("pa", self.block_at(pc, ib, [(ipo, MR * (PK if self.window or self.a_rows else 1))])
                       if self.window or self.window_t or self.a_rows else
                       K.affine([(bt, self.KB * self.MP * PK * MR), (pc, self.MP * PK * MR), (ip, PK * MR)])),
                 K.Let("pb", K.affine([(bt, self.KB * self.NP * PK * NR), (pc, self.NP * PK * NR), (jp, PK * NR)])),
@@ -614,11 +623,10 @@ def _load_strides(value) -> list:
     """(stride across rows, stride along K) of each load of an A operand's expression
     at (probe_i, probe_k); [] if it is not arithmetic on unmasked, affine loads."""
     found = loads(value)
-    strides = [(coefficient(e.index, "probe_i"), coefficient(e.index, "probe_k")) for e in found or ()
-               if e.valid is None]
-    if found is None or len(strides) < len(found) or any(None in pair for pair in strides):
+    if found is None or any(e.valid is not None for e in found):
         return []
-    return strides
+    strides = [(coefficient(e.index, "probe_i"), coefficient(e.index, "probe_k")) for e in found]
+    return [] if any(None in pair for pair in strides) else strides
 
 
 def naive(low: Lowering) -> K.Kernel:

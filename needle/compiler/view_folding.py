@@ -167,9 +167,10 @@ class _Folder:
 def split_point(shape, chain, read_windows: bool) -> tuple:
     """(k, reason): pushing `chain` into an elementwise node of `shape` stops before
     op k, and the node read through ops[:k] is stored (a copy; `reason` names why),
-    or (None, None) when the whole chain goes down.  It stops at an op no view can express, and (`read_windows`) at a window
-    that reads each element up to its kernel's size times along runs of at least
-    WINDOW_RUN channels (a conv of a computed activation): then the activation is
+    or (None, None) when the whole chain goes down.  It stops at an op no view can
+    express, and (`read_windows`) at a window that reads each element up to its
+    kernel's size times along runs of at least WINDOW_RUN channels (a conv of a
+    computed activation): then the activation is
     stored once, in the windows' layout and padded, and the conv's matmul reads the
     windows in place from it (implicit GEMM, no masked taps) instead of an im2col
     copy that computes the expression at every window position."""

@@ -95,7 +95,7 @@ class ScheduleRunner:
                     self.release_temp(block)
         finally:
             self.give_args(args)
-        counters.COUNTERS["kernels_launched"] += self.n_calls
+        counters.add("kernels_launched", self.n_calls)
         return outputs
 
     def _launch_every(self, args, leaves, owned) -> None:
