@@ -183,7 +183,7 @@ class Value:
     @classmethod
     def make_const(cls, data, *, requires_grad: bool = False) -> "Value":
         value = cls.__new__(cls)
-        value._init(None, [], cached_data=data, requires_grad=requires_grad)
+        value._init(None, [], 1, data, requires_grad)  # (positional: every replay's results)
         return value
 
     @classmethod

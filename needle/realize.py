@@ -11,6 +11,8 @@ from .errors import DTypeError
 def realize(*tensors):
     """Compute every pending tensor given (Tensors, TensorTuples, or lists of them)
     with one schedule, so shared work is done once.  Returns the tensors."""
+    if len(tensors) == 1 and type(tensors[0]) is autograd.Tensor and not _waiting(tensors[0]):
+        return tensors[0]  # (a replay's result: realized already)
     values = []
     for t in tensors:
         for v in (t if isinstance(t, (list, tuple)) else (t,)):
@@ -26,8 +28,7 @@ def realize(*tensors):
 def realize_values(values) -> None:
     """Realize the pending data of all `values` in one go.  (On every step's path, and
     a replay's results are realized already: those are passed over first.)"""
-    waiting = [v for v in values
-               if (d := v._cached_data) is None or type(d) is tuple or getattr(d, "is_lazy", False)]
+    waiting = [v for v in values if _waiting(v)]
     if not waiting:
         return
     pending = [n for v in waiting for n in pending_nodes(v)]
@@ -35,6 +36,12 @@ def realize_values(values) -> None:
         realize_nodes(pending)
     for v in waiting:
         v.realize_cached_data()
+
+
+def _waiting(value) -> bool:
+    """Whether `value`'s data is yet to be computed (or gathered from a tuple's)."""
+    data = value._cached_data
+    return data is None or type(data) is tuple or getattr(data, "is_lazy", False)
 
 
 class lazy(contextlib.ContextDecorator):

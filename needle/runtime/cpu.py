@@ -55,9 +55,10 @@ class CompiledSchedule(ScheduleRunner):
         self.n_slots = 1 + max([s for c in schedule.calls for s in c.slots] +
                                [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
         width = max([len(c.slots) for c in schedule.calls] + [1])
-        self.slot_matrix = np.zeros((len(schedule.calls), width), dtype=np.intp)
+        self.slot_matrix = np.zeros((len(schedule.calls), width), dtype=np.int64)
         for i, c in enumerate(schedule.calls):
             self.slot_matrix[i, :len(c.slots)] = c.slots
+        self.slots_ptr = self.slot_matrix.ctypes.data
         width = max([len(c.params) for c in schedule.calls] + [1])
         self.param_matrix = np.zeros((len(schedule.calls), width), dtype=np.intp)
         for i, c in enumerate(schedule.calls):
@@ -115,7 +116,12 @@ class CompiledSchedule(ScheduleRunner):
         return self.spares.take(k, self, size, dtype)
 
     def output_array(self, handle, shape, dtype, device, address) -> NDArray:
-        return _host_array(shape, self.output_strides[shape], dtype, device, handle)
+        """NDArray.make without its argument normalization (every realize's outputs:
+        their shape is a tuple of ints already, their storage a fresh Buffer)."""
+        array = NDArray.__new__(NDArray)
+        array._shape, array._strides, array._offset = shape, self.output_strides[shape], 0
+        array._device, array._handle, array._dtype, array._np = device, handle, dtype, None
+        return array
 
     def acquire_temp(self, nbytes):
         return POOL.acquire(nbytes)
@@ -127,8 +133,9 @@ class CompiledSchedule(ScheduleRunner):
         return host_memory.address_of(temp)
 
     def prepare(self, args, scalars) -> None:
-        """Every kernel's pointer list and parameters, gathered in one numpy operation each."""
-        args.ptrs.take(self.slot_matrix, out=args.table)
+        """Every kernel's parameters, gathered in one numpy operation.  (Their pointer
+        lists are gathered at launch: by the native launcher on `launch_all`'s path, by
+        numpy before the first kernel on `launch`'s.)"""
         if scalars:
             values = args.values
             for k, x in enumerate(scalars):
@@ -138,12 +145,27 @@ class CompiledSchedule(ScheduleRunner):
             args.err[0] = 0  # (only bounds-checked kernels write it)
 
     def launch_all(self, args) -> bool:
+        """Every kernel, untimed and unchecked, from the schedule's own argument tables
+        (their pointers computed once): the replay loop of a captured step.  The first
+        native call gathers the pointer lists too."""
         if args is not self.tables:
             return False
-        _launch_all_of(self, args)
+        native = self.native
+        gather = (args.ptrs_ptr, self.slots_ptr, args.table_ptr, self.slot_matrix.size)
+        for table, count, launch in self.segments:
+            if launch is None:
+                native(table, count, *gather)
+            else:
+                if gather is not _GATHERED:
+                    native(0, 0, *gather)
+                kernel, _, _, total, threads, i = launch
+                _launch(kernel, args, i, total, threads, None)
+            gather = _GATHERED
         return True
 
     def launch(self, args, i, limits, timed):
+        if i == 0:
+            args.ptrs.take(self.slot_matrix, out=args.table)
         t0 = time.perf_counter()
         limits = np.asarray(limits, dtype=np.int64) if limits is not None else None
         _launch(self.kernels[i], args, i, self.totals[i], self.threaded[i], limits)
@@ -153,16 +175,7 @@ class CompiledSchedule(ScheduleRunner):
         return "threads" if self.threaded[i] else ""
 
 
-def _launch_all_of(compiled, args) -> None:
-    """Every kernel of `compiled`, untimed and unchecked, from its own argument tables
-    (their pointers computed once): the replay loop of a captured step."""
-    native = compiled.native
-    for table, count, launch in compiled.segments:
-        if launch is None:
-            native(table, count)
-        else:
-            kernel, _, _, total, threads, i = launch
-            _launch(kernel, args, i, total, threads, None)
+_GATHERED = (0, 0, 0, 0)  # launch_list's arguments that gather nothing
 
 
 def _segments(launches, err_ptr) -> tuple:
@@ -205,16 +218,6 @@ def _remember_address(handle, value: int) -> None:
         handle._needle_address = value
     except AttributeError:  # a plain numpy array takes no attributes
         pass
-
-
-def _host_array(shape: tuple, strides: tuple, dtype: str, device, buffer) -> NDArray:
-    """NDArray.make without its argument normalization, for the outputs of every
-    realize, whose shape and strides are tuples of ints already and whose storage
-    is a fresh Buffer."""
-    array = NDArray.__new__(NDArray)
-    array._shape, array._strides, array._offset = shape, strides, 0
-    array._device, array._handle, array._dtype, array._np = device, buffer, dtype, None
-    return array
 
 
 def _worth_threads(kernel) -> bool:
@@ -284,8 +287,8 @@ class _Args:
     """A schedule's argument tables: the slot pointers, each kernel's pointer list and
     parameters (gathered from them), the error flag, and raw pointers to all of it."""
 
-    __slots__ = ("ptrs", "table", "values", "params", "err", "table_ptr", "table_row", "params_ptr",
-                 "params_row", "err_ptr")
+    __slots__ = ("ptrs", "table", "values", "params", "err", "ptrs_ptr", "table_ptr", "table_row",
+                 "params_ptr", "params_row", "err_ptr")
 
     def __init__(self, compiled: "CompiledSchedule"):
         self.ptrs = np.zeros(compiled.n_slots, dtype=np.int64)
@@ -293,6 +296,7 @@ class _Args:
         self.values = np.zeros(max(compiled.schedule.n_params, 1), dtype=np.float64)
         self.params = np.zeros(compiled.param_matrix.shape, dtype=np.float64)
         self.err = np.zeros(1, dtype=np.int32)
+        self.ptrs_ptr = self.ptrs.ctypes.data
         self.table_ptr, self.table_row = self.table.ctypes.data, self.table.strides[0]
         self.params_ptr, self.params_row = self.params.ctypes.data, self.params.strides[0]
         self.err_ptr = self.err.ctypes.data
