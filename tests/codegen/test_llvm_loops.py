@@ -1,0 +1,73 @@
+"""The LLVM renderer's loops on small hand-made kernels with known answers: which outer
+loops LLVM is told not to unroll (codegen/llvm.py `_not_unrolled`), and one-trip loops
+rendered as straight code; each kernel is also compiled and run against numpy."""
+import ctypes
+import re
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+from needle.codegen import kernel_ir as K
+from needle.codegen import llvm as renderer
+from needle.engine.schedule_cache import cpu_target
+from needle.runtime import llvm_compile
+
+
+def nest_kernel(extents):
+    """out[i0, i1, ...] = in[i0, i1, ...] * 2 over loops of `extents` (outermost first),
+    inside a parallel loop of one trip."""
+    names = [f"i{d}" for d in range(len(extents))]
+    index = K.const(0)
+    for name, extent in zip(names, extents):
+        index = K.add(K.mul(index, K.const(extent)), K.Var(name))
+    value = K.Binary("mul", K.Load("src", index, "float32"), K.Const(2.0, "float32"), "float32")
+    body = [K.Store("dst", index, value)]
+    for name, extent in reversed(list(zip(names, extents))):
+        body = [K.Loop(name, extent, body)]
+    bufs = [K.Buf("src", "float32", "in"), K.Buf("dst", "float32", "out")]
+    return K.Kernel("nest", bufs, 0, [K.Loop("q", 1, body, "parallel")], ("q", 1))
+
+
+def marked_loops(text: str) -> set:
+    """The loop variables whose latch carries the loop ID that disables unrolling."""
+    ids = {m.group(1) for m in re.finditer(r'^!(\d+) = !\{ ?!\1, !(\d+) ?\}$', text, re.M)
+           if re.search(rf'^!{m.group(2)} = !\{{ ?!"llvm.loop.unroll.disable" ?\}}$', text, re.M)}
+    return {m.group(1) for m in re.finditer(r'br label %"(\w+)\.head", !llvm.loop !(\d+)', text)
+            if m.group(2) in ids}
+
+
+def run(text: str, x: np.ndarray) -> np.ndarray:
+    """The kernel's entry point compiled and called on `x` (one trip of its parallel loop)."""
+    target = cpu_target()
+    module = llvm_compile.optimize(text, target.cpu, target.features, "O2")
+    engine = llvm.create_mcjit_compiler(module, llvm_compile.new_machine(target.cpu, target.features))
+    engine.finalize_object()
+    entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                             ctypes.c_void_p, ctypes.c_void_p)(engine.get_function_address("nest"))
+    out = np.full_like(x, np.nan)
+    bufs = (ctypes.c_void_p * 2)(x.ctypes.data, out.ctypes.data)
+    err = np.zeros(1, np.int32)
+    entry(ctypes.addressof(bufs), None, 0, 1, None, err.ctypes.data)
+    return out
+
+
+@pytest.mark.parametrize("extents, marked", [  # (q: the parallel loop around them all)
+    ((6, 6, 32), {"q", "i0", "i1"}),  # a padded copy's 6 x 6 around 32 channels: 36 copies otherwise
+    ((6, 4), {"q"}),                  # 4 trips inside i0: left to LLVM
+    ((8, 4, 4), {"q", "i0"}),         # 16 trips inside i0, 4 inside i1
+    ((3, 2, 2), set()),               # a pooling window: 12 trips in all, unrolled as before
+    ((5, 1, 20), {"q", "i0"}),        # the one-trip loop is no loop: i0 holds i2's 20 trips
+])
+def test_outer_loops_with_many_inner_trips_are_not_unrolled(extents, marked):
+    text = renderer.render(nest_kernel(extents), "nest")
+    assert marked_loops(text) == marked
+    x = np.arange(int(np.prod(extents)), dtype=np.float32).reshape(extents) - 7.5
+    np.testing.assert_array_equal(run(text, x), x * 2)  # exact: doubling is
+
+
+def test_a_one_trip_loop_is_straight_code():
+    text = renderer.render(nest_kernel((3, 1, 4)), "nest")
+    assert '"i1.head"' not in text and '"i0.head"' in text and '"i2.head"' in text
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 1, 4)
+    np.testing.assert_array_equal(run(text, x), x * 2)
