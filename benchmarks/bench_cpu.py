@@ -49,15 +49,23 @@ HEADINGS = {"numpy": "numpy", "needle-eager": "ndl eager", "needle": "ndl lazy",
 CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
+#: seconds of calls before timing: a 2-core VM ran the first 50-100 calls of a 50 us workload
+#: (torch's and needle's alike) 1.2-1.7x slower, in steps, as if its clock were rising
+WARM_SECONDS = 0.3
+#: a workload this fast is timed over this many seconds of calls at least (the median of more)
+MIN_TIMED_SECONDS = 0.1
+
+
 def median_time(fn, repeats: int, budget: float = 2.0, clock: str = "wall") -> float:
     fn()  # warm-up: compiles, allocates; torch.compile's next few calls are slow too
     start, calls = time.perf_counter(), 0
-    while calls < 3 or (calls < 20 and time.perf_counter() - start < 0.5):
+    while calls < 3 or (calls < 5000 and time.perf_counter() - start < WARM_SECONDS):
         fn()
         calls += 1
     now = CLOCK[clock]
     times, start = [], time.perf_counter()
-    while len(times) < repeats and (len(times) < 3 or time.perf_counter() - start < budget):
+    while len(times) < 3 or (len(times) < repeats and time.perf_counter() - start < budget) or (
+            len(times) < 5000 and time.perf_counter() - start < MIN_TIMED_SECONDS):
         t = now()
         fn()
         times.append(now() - t)
