@@ -14,14 +14,16 @@ from needle.engine.schedule_cache import cpu_target
 from needle.runtime import llvm_compile
 
 
-def nest_kernel(extents):
-    """out[i0, i1, ...] = in[i0, i1, ...] * 2 over loops of `extents` (outermost first),
-    inside a parallel loop of one trip."""
+def nest_kernel(extents, unary: str = None):
+    """out[i0, i1, ...] = in[i0, i1, ...] * 2 (or unary(in[...]), a float32 Unary op)
+    over loops of `extents` (outermost first), inside a parallel loop of one trip."""
     names = [f"i{d}" for d in range(len(extents))]
     index = K.const(0)
     for name, extent in zip(names, extents):
         index = K.add(K.mul(index, K.const(extent)), K.Var(name))
     value = K.Binary("mul", K.Load("src", index, "float32"), K.Const(2.0, "float32"), "float32")
+    if unary is not None:
+        value = K.Unary(unary, K.Load("src", index, "float32"), "float32")
     body = [K.Store("dst", index, value)]
     for name, extent in reversed(list(zip(names, extents))):
         body = [K.Loop(name, extent, body)]
@@ -29,10 +31,11 @@ def nest_kernel(extents):
     return K.Kernel("nest", bufs, 0, [K.Loop("q", 1, body, "parallel")], ("q", 1))
 
 
-def marked_loops(text: str) -> set:
-    """The loop variables whose latch carries the loop ID that disables unrolling."""
+def marked_loops(text: str, option: str = '!"llvm.loop.unroll.disable"') -> set:
+    """The loop variables whose latch carries a loop ID (a node whose first operand is
+    itself) with the setting `option` (its text in the module)."""
     ids = {m.group(1) for m in re.finditer(r'^!(\d+) = !\{ ?!\1, !(\d+) ?\}$', text, re.M)
-           if re.search(rf'^!{m.group(2)} = !\{{ ?!"llvm.loop.unroll.disable" ?\}}$', text, re.M)}
+           if re.search(rf'^!{m.group(2)} = !\{{ ?{re.escape(option)} ?\}}$', text, re.M)}
     return {m.group(1) for m in re.finditer(r'br label %"(\w+)\.head", !llvm.loop !(\d+)', text)
             if m.group(2) in ids}
 
@@ -71,3 +74,21 @@ def test_a_one_trip_loop_is_straight_code():
     assert '"i1.head"' not in text and '"i0.head"' in text and '"i2.head"' in text
     x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 1, 4)
     np.testing.assert_array_equal(run(text, x), x * 2)
+
+
+INTERLEAVED = f'!"llvm.loop.interleave.count", i32 {renderer.TRANSCENDENTAL_INTERLEAVE}'
+
+
+@pytest.mark.parametrize("unary, extents, marked", [
+    ("exp", (1000,), {"i0"}),         # the innermost loop of a transcendental: interleaved
+    ("tanh", (4, 300), {"i1"}),       # only the innermost one
+    ("abs", (1000,), set()),          # no transcendental: LLVM decides
+    (None, (1000,), set()),
+])
+def test_innermost_loops_of_transcendentals_interleave(unary, extents, marked):
+    text = renderer.render(nest_kernel(extents, unary), "nest")
+    assert marked_loops(text, INTERLEAVED) == marked
+    x = np.linspace(-3, 3, int(np.prod(extents)), dtype=np.float32).reshape(extents)
+    expected = {"exp": np.exp, "tanh": np.tanh, "abs": np.abs, None: lambda v: v * 2}[unary](x.astype(np.float64))
+    # within 1 ulp of the correctly rounded result (vecmath): 1.5 ulp of float64s at most
+    np.testing.assert_allclose(run(text, x), expected, rtol=1.5 * 2.0 ** -23, atol=1e-45)
