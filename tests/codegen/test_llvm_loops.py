@@ -2,12 +2,14 @@
 loops LLVM is told not to unroll (codegen/llvm.py `_not_unrolled`), and one-trip loops
 rendered as straight code; each kernel is also compiled and run against numpy."""
 import ctypes
+import math
 import re
 
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
+from needle import config
 from needle.codegen import kernel_ir as K
 from needle.codegen import llvm as renderer
 from needle.engine.schedule_cache import cpu_target
@@ -28,7 +30,7 @@ def nest_kernel(extents, unary: str = None):
     for name, extent in reversed(list(zip(names, extents))):
         body = [K.Loop(name, extent, body)]
     bufs = [K.Buf("src", "float32", "in"), K.Buf("dst", "float32", "out")]
-    return K.Kernel("nest", bufs, 0, [K.Loop("q", 1, body, "parallel")], ("q", 1))
+    return K.Kernel("nest", bufs, 0, [K.Loop("q", 1, body, "parallel")], ("q", 1), work=math.prod(extents))
 
 
 def marked_loops(text: str, option: str = '!"llvm.loop.unroll.disable"') -> set:
@@ -80,12 +82,14 @@ INTERLEAVED = f'!"llvm.loop.interleave.count", i32 {renderer.TRANSCENDENTAL_INTE
 
 
 @pytest.mark.parametrize("unary, extents, marked", [
-    ("exp", (1000,), {"i0"}),         # the innermost loop of a transcendental: interleaved
-    ("tanh", (4, 300), {"i1"}),       # only the innermost one
-    ("abs", (1000,), set()),          # no transcendental: LLVM decides
-    (None, (1000,), set()),
+    ("exp", (20000,), {"i0"}),        # the innermost loop of a transcendental: interleaved
+    ("tanh", (4, 5000), {"i1"}),      # only the innermost one
+    ("tanh", (1000,), set()),         # a kernel that runs little: not worth the compile time
+    ("abs", (20000,), set()),         # no transcendental: LLVM decides
+    (None, (20000,), set()),
 ])
-def test_innermost_loops_of_transcendentals_interleave(unary, extents, marked):
+def test_innermost_loops_of_transcendentals_interleave(unary, extents, marked, monkeypatch):
+    monkeypatch.setattr(config, "UNROLL_MIN_WORK", 1 << 14)  # (the default; NEEDLE_UNROLL_MIN_WORK may differ)
     text = renderer.render(nest_kernel(extents, unary), "nest")
     assert marked_loops(text, INTERLEAVED) == marked
     x = np.linspace(-3, 3, int(np.prod(extents)), dtype=np.float32).reshape(extents)
