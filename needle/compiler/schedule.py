@@ -1,7 +1,7 @@
 """The pass pipeline: IR graph -> Schedule (kernels in order, buffers planned).
 
-view folding -> fusion -> lowering (matmul tiling for matmul kernels) -> buffer
-planning.  A Schedule refers to data only through slots: leaf buffers and
+view folding -> fusion -> lowering (matmul tiling for matmul kernels) -> constant
+buffer offsets into pointers -> buffer planning.  A Schedule refers to data only through slots: leaf buffers and
 run-time scalars by their order in the graph, outputs by position, and
 intermediate results by temp buffers that are reused once dead.  So a schedule
 built for one graph runs any graph of the same structure (the schedule cache).
@@ -14,6 +14,7 @@ from ..dtypes import itemsize
 from ..target import Target
 from ..ir.nodes import toposort
 from . import matmul_tiling
+from .buffer_offsets import hoist_offsets
 from .common import merge_common
 from .fusion import FusedGraph, fuse
 from .lowering import Lowering
@@ -25,6 +26,10 @@ class Call:
     kernel: object           # kernel_ir.Kernel
     slots: list              # schedule slot per kernel buffer
     params: list             # param slot per kernel parameter
+    offsets: list            # elements added to each kernel buffer's pointer (buffer_offsets)
+
+    def byte_offsets(self) -> list:
+        return [n * itemsize(b.dtype) for n, b in zip(self.offsets, self.kernel.bufs)]
 
 
 @dataclass
@@ -153,7 +158,8 @@ def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target: Targe
 
 
 def _call(kernel) -> Call:
-    return Call(kernel, kernel.slots, kernel.params)
+    kernel, offsets = hoist_offsets(kernel)
+    return Call(kernel, kernel.slots, kernel.params, offsets)
 
 
 def _plan_temps(calls, temp_sizes, slot_kinds) -> list:

@@ -56,9 +56,12 @@ class CompiledSchedule(ScheduleRunner):
                                [s for s, _, _ in schedule.outputs] + [schedule.n_leaves - 1, 0])
         width = max([len(c.slots) for c in schedule.calls] + [1])
         self.slot_matrix = np.zeros((len(schedule.calls), width), dtype=np.int64)
+        #: bytes added to each pointer (compiler.buffer_offsets): table = ptrs[slots] + shifts
+        self.shift_matrix = np.zeros((len(schedule.calls), width), dtype=np.int64)
         for i, c in enumerate(schedule.calls):
             self.slot_matrix[i, :len(c.slots)] = c.slots
-        self.slots_ptr = self.slot_matrix.ctypes.data
+            self.shift_matrix[i, :len(c.slots)] = c.byte_offsets()
+        self.slots_ptr, self.shifts_ptr = self.slot_matrix.ctypes.data, self.shift_matrix.ctypes.data
         width = max([len(c.params) for c in schedule.calls] + [1])
         self.param_matrix = np.zeros((len(schedule.calls), width), dtype=np.intp)
         for i, c in enumerate(schedule.calls):
@@ -67,7 +70,7 @@ class CompiledSchedule(ScheduleRunner):
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
         self.tables, self.tables_free = _Args(self), threading.Lock()
         #: what this entry holds in memory, roughly (the schedule cache's byte bound)
-        self.nbytes = (ENTRY_BYTES_PER_CALL * (1 + len(schedule.calls)) + self.slot_matrix.nbytes
+        self.nbytes = (ENTRY_BYTES_PER_CALL * (1 + len(schedule.calls)) + 2 * self.slot_matrix.nbytes
                        + self.param_matrix.nbytes)
         #: threads each kernel runs on (0: called directly on this thread)
         self.threaded = [threads if threads > 1 and k.omp_address and c.kernel.parallel is not None and
@@ -151,7 +154,7 @@ class CompiledSchedule(ScheduleRunner):
         if args is not self.tables:
             return False
         native = self.native
-        gather = (args.ptrs_ptr, self.slots_ptr, args.table_ptr, self.slot_matrix.size)
+        gather = (args.ptrs_ptr, self.slots_ptr, self.shifts_ptr, args.table_ptr, self.slot_matrix.size)
         for table, count, launch in self.segments:
             if launch is None:
                 native(table, count, *gather)
@@ -165,7 +168,7 @@ class CompiledSchedule(ScheduleRunner):
 
     def launch(self, args, i, limits, timed):
         if i == 0:
-            args.ptrs.take(self.slot_matrix, out=args.table)
+            np.add(args.ptrs.take(self.slot_matrix), self.shift_matrix, out=args.table)
         t0 = time.perf_counter()
         limits = np.asarray(limits, dtype=np.int64) if limits is not None else None
         _launch(self.kernels[i], args, i, self.totals[i], self.threaded[i], limits)
@@ -175,7 +178,7 @@ class CompiledSchedule(ScheduleRunner):
         return "threads" if self.threaded[i] else ""
 
 
-_GATHERED = (0, 0, 0, 0)  # launch_list's arguments that gather nothing
+_GATHERED = (0, 0, 0, 0, 0)  # launch_list's arguments that gather nothing
 
 
 def _segments(launches, err_ptr) -> tuple:

@@ -93,7 +93,8 @@ class CompiledSchedule(ScheduleRunner):
 
     def launch(self, args, i, limits, timed):
         call = self.schedule.calls[i]
-        pointers = [args[slot] for slot in call.slots] + [self.params.ptr + 8 * self.param_offsets[i]]
+        pointers = [args[slot] + shift for slot, shift in zip(call.slots, call.byte_offsets())]
+        pointers.append(self.params.ptr + 8 * self.param_offsets[i])
         if limits is not None:
             limits_buf = from_numpy(np.array(limits, dtype=np.int64))
             flag_buf = from_numpy(np.zeros(1, dtype=np.int32))

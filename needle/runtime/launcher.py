@@ -6,8 +6,9 @@ single-threaded kernels are therefore launched by one ctypes call into this
 loop, which reads (entry point, buffer table, parameters, total, error flag)
 five 64-bit words per kernel and calls each entry point as Python would.  It first
 fills the schedule's buffer tables from its slot pointers (`table[c] =
-ptrs[slots[c]]`), the gather numpy's `take` did in a microsecond and a quarter of
-call overhead, more than a small captured matmul's kernel leaves to spare.
+ptrs[slots[c]] + shifts[c]`, shifts: compiler.buffer_offsets), the gather numpy's
+`take` did in a microsecond and a quarter of call overhead, more than a small
+captured matmul's kernel leaves to spare.
 """
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ _FIELDS = (("fn", True), ("bufs", True), ("params", True), ("total", False), ("e
 
 
 def _ir() -> str:
-    """LLVM IR of `needle_launch_list(entries, n, ptrs, slots, table, cells)`: for each
-    of the `cells` cells, table[c] = ptrs[slots[c]]; then for each entry, call
-    fn(bufs, params, 0, total, null, err)."""
+    """LLVM IR of `needle_launch_list(entries, n, ptrs, slots, shifts, table, cells)`:
+    for each of the `cells` cells, table[c] = ptrs[slots[c]] + shifts[c]; then for each
+    entry, call fn(bufs, params, 0, total, null, err)."""
     loads = []
     for k, (name, is_ptr) in enumerate(_FIELDS):
         word = name + "_word" if is_ptr else name
@@ -36,12 +37,15 @@ def _ir() -> str:
         if is_ptr:
             loads.append(f"  %{name} = inttoptr i64 %{word} to ptr")
     return "\n".join([
-        "define void @needle_launch_list(ptr %entries, i64 %n, ptr %ptrs, ptr %slots, ptr %table, i64 %cells) {",
+        "define void @needle_launch_list(ptr %entries, i64 %n, ptr %ptrs, ptr %slots, ptr %shifts, ptr %table,"
+        " i64 %cells) {",
         "entry:", "  br label %gather",
         "gather:", "  %c = phi i64 [0, %entry], [%c_next, %fill]", "  %c_more = icmp slt i64 %c, %cells",
         "  br i1 %c_more, label %fill, label %start",
         "fill:", "  %p_slot = getelementptr i64, ptr %slots, i64 %c", "  %slot = load i64, ptr %p_slot",
-        "  %p_ptr = getelementptr i64, ptr %ptrs, i64 %slot", "  %ptr = load i64, ptr %p_ptr",
+        "  %p_ptr = getelementptr i64, ptr %ptrs, i64 %slot", "  %base_ptr = load i64, ptr %p_ptr",
+        "  %p_shift = getelementptr i64, ptr %shifts, i64 %c", "  %shift = load i64, ptr %p_shift",
+        "  %ptr = add i64 %base_ptr, %shift",
         "  %p_cell = getelementptr i64, ptr %table, i64 %c", "  store i64 %ptr, ptr %p_cell",
         "  %c_next = add i64 %c, 1", "  br label %gather",
         "start:", "  br label %loop",
@@ -57,8 +61,8 @@ _state = {}
 
 
 def launch_list():
-    """The native `launch_list(entries, n, ptrs, slots, table, cells)` (compiled once
-    per process; cells 0 gathers nothing, n 0 launches nothing)."""
+    """The native `launch_list(entries, n, ptrs, slots, shifts, table, cells)` (compiled
+    once per process; cells 0 gathers nothing, n 0 launches nothing)."""
     fn = _state.get("fn")
     if fn is None:
         with _lock:
@@ -69,7 +73,7 @@ def launch_list():
                 engine.finalize_object()
                 address = engine.get_function_address("needle_launch_list")
                 _state["engine"] = engine  # keeps the code alive
-                _state["fn"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                _state["fn"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(address)
             fn = _state["fn"]
     return fn

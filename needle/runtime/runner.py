@@ -117,13 +117,14 @@ class ScheduleRunner:
         """[lo, hi) in elements relative to each buffer pointer of `call` (for
         bounds-checked kernels)."""
         limits = []
-        for slot, buf in zip(call.slots, call.kernel.bufs):
+        for slot, buf, shift in zip(call.slots, call.kernel.bufs, call.offsets):
             kind, index = self.schedule.slot_kinds[slot]
             if kind == "leaf":
                 leaf = leaves[index]
-                limits += [-leaf.offset, leaf._handle.size - leaf.offset]
+                lo, hi = -leaf.offset, leaf._handle.size - leaf.offset
             elif kind == "out":
-                limits += [0, max(owned[slot][2], 1)]
+                lo, hi = 0, max(owned[slot][2], 1)
             else:
-                limits += [0, self.schedule.temp_bytes[index] // itemsize(buf.dtype)]
+                lo, hi = 0, self.schedule.temp_bytes[index] // itemsize(buf.dtype)
+            limits += [lo - shift, hi - shift]  # (the pointer is `shift` elements on)
         return limits

@@ -151,18 +151,19 @@ def run_schedule(module: Module, names, schedule, leaves, scalars, bounds_check:
     for call, name in zip(schedule.calls, names):
         k = call.kernel
         args = []
-        for slot, buf in zip(call.slots, k.bufs):
+        for slot, buf, shift in zip(call.slots, k.bufs, call.byte_offsets()):
             kind = schedule.slot_kinds[slot]
             if kind[0] == "temp":
                 t = temps[kind[1]]
                 ptrs[slot] = t.ctypes.data
                 limits[slot] = (0, t.size // itemsize(buf.dtype))
-            args.append(ptrs[slot])
+            args.append(ptrs[slot] + shift)  # (as runtime/cuda.py: the pointer moved by the offset)
         params = values[call.params] if call.params else np.zeros(1)
         args.append(params.ctypes.data)
         err = np.zeros(1, dtype=np.int32)
         if bounds_check:
-            lim = np.array([v for slot in call.slots for v in limits[slot]] or [0], dtype=np.int64)
+            lim = np.array([v - shift for slot, shift in zip(call.slots, call.offsets) for v in limits[slot]]
+                           or [0], dtype=np.int64)
             args += [lim.ctypes.data, err.ctypes.data]
         module.launch(name, args, min(k.grid, grid_cap), k.block, policy)
         if err[0]:
