@@ -64,8 +64,15 @@ A_AFFINE_LIMIT = 1 << 16
 #: share too few cache sets (256x512x1024 ran 1.66x slower in place); a small B whose rows
 #: lie that far apart is packed too when more rows of A reuse it (in-process A/B, packed
 #: against in place, 1 and 2 threads: 1024x128x1024 0.90x and 0.91x, 512x64x2048 0.80x
-#: and 0.97x, 2048x32x1024 0.86x and 0.89x; 256x96x1024 1.02x and 1.28x, so not there)
-FEW_ROWS, B_ROW_BYTES = 256, 2048
+#: and 0.97x, 2048x32x1024 0.86x and 0.89x; 256x96x1024 1.02x and 1.28x, so not there).
+#: Rows farther apart are read in place too unless their distance is a multiple of
+#: ALIASING_BYTES, where they share too few sets at every cache level (in-process A/B,
+#: 2 threads, AVX2, in place against packed: 4000-byte rows 16x1000x1000 0.41x the time,
+#: 32x320x1000 0.51x, 64x320x1000 with A transposed 0.66x, 128x784x1000 0.68x,
+#: 192x512x1000 0.85x, 256x320x1000 0.87x, 256x1000x784 0.87x; 3072 and 6144-byte rows
+#: 64x512x768 0.70x, 128x256x1536 0.88x; 4096-byte rows 128x512x1024 1.17x,
+#: 128x1024x1024 1.21x, 256x512x1024 1.38x)
+FEW_ROWS, B_ROW_BYTES, ALIASING_BYTES = 256, 2048, 4096
 #: a conv's forward reads its windows in place (`tap_loops`) for at most this many output
 #: channels; with more, each tile of NR channels would read them again, and they are
 #: packed once per row block instead (`window_rows`).  In-process A/B, 2 threads, AVX2,
@@ -187,7 +194,8 @@ class Tiling:
         fused computation, which every panel would repeat), no mask, (for B) contiguous
         along its columns, and small enough to stay in cache (for B with rows close
         enough, or few rows of A), or (for A) row-major, or affine in k and not much
-        larger (A_AFFINE_LIMIT), or (for B) reused by few rows of A (FEW_ROWS)."""
+        larger (A_AFFINE_LIMIT), or (for B) reused by few rows of A (FEW_ROWS) with rows
+        close enough or apart by other than a multiple of ALIASING_BYTES."""
         elements = math.prod(operand.shape[-2:])  # one matrix of a stack
         small = elements <= DIRECT_LIMIT["a" if rows_first else "b"]
         if not small and not rows_first and self.M > FEW_ROWS:
@@ -203,7 +211,7 @@ class Tiling:
         row_bytes = (k_stride or 0) * itemsize(self.m.dtype)
         if small:  # unless its rows share too few cache sets and many rows of A reuse it
             return row_bytes <= B_ROW_BYTES or self.M <= FEW_ROWS
-        return 0 < row_bytes <= B_ROW_BYTES
+        return 0 < row_bytes and (row_bytes <= B_ROW_BYTES or row_bytes % ALIASING_BYTES != 0)
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""

@@ -64,6 +64,8 @@ def test_ragged_width_reads_b_in_place():
     (37, 300, 10, False),     # a classifier's 10 outputs: one ragged panel, ragged rows
     (128, 64, 17, False),
     (300, 500, 300, True),    # a B too large to read in place: packed, with a ragged last panel
+    (64, 320, 1000, False),   # large, rows 4000 bytes apart, few rows of A: in place, ragged panel
+    (128, 320, 1024, True),   # large, rows 4096 bytes apart (aliasing): packed
 ])
 def test_ragged_columns_with_an_epilogue_on_each_vector_width(vector_bytes, m, k, n, packs_b):
     """relu(x @ w + bias) with N not a multiple of the tile's width, planned and run
@@ -163,6 +165,21 @@ def test_a_large_weight_is_packed_past_the_few_rows_rule(rows, cols):
     y = x @ w
     assert [k[:3] for k in names(y)] == ["PB_", "M_" + str(rows)[0]]
     close(y, f64(x) @ f64(w))
+
+
+@pytest.mark.parametrize("rows, cols, transposed", [(64, 1000, True),    # an LSTM's output-layer gradient
+                                                    (128, 1000, False),  # a 1000-class classifier
+                                                    (16, 1500, False)])
+def test_a_large_b_with_rows_apart_but_not_aliasing_is_read_in_place(rows, cols, transposed):
+    """B past its size limit with rows 4000 or 6000 bytes apart (beyond B_ROW_BYTES, not a
+    multiple of ALIASING_BYTES) and few rows of A: read in place, no packing kernel."""
+    x, w = tensor(*((640, rows) if transposed else (rows, 640))), tensor(640, cols)
+    assert w.numpy().size > matmul_tiling.DIRECT_LIMIT["b"] and cols * 4 > matmul_tiling.B_ROW_BYTES
+    assert (cols * 4) % matmul_tiling.ALIASING_BYTES != 0 and rows <= matmul_tiling.FEW_ROWS
+    a = ops.transpose(x) if transposed else x
+    y = a @ w
+    assert names(y) == [f"M_{rows}_{cols}_640"]  # one kernel: nothing packed
+    close(y, (f64(x).T if transposed else f64(x)) @ f64(w))
 
 
 @pytest.mark.parametrize("rows, packed", [(matmul_tiling.FEW_ROWS * 2, True), (matmul_tiling.FEW_ROWS, False)])
