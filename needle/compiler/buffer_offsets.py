@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..codegen import kernel_ir as K
+from .kernel_exprs import children
 
 
 def hoist_offsets(kernel: K.Kernel) -> tuple:
@@ -81,15 +82,12 @@ def _visit_body(body, note) -> None:
 
 
 def _expr_children(e) -> tuple:
+    """kernel_exprs.children, and a load's index and mask, a shuffle's value."""
     if isinstance(e, K.Load):
         return (e.index, e.valid)
-    if isinstance(e, (K.Unary, K.Cast, K.Shuffle)):
+    if isinstance(e, K.Shuffle):
         return (e.x,)
-    if isinstance(e, K.Binary):
-        return (e.a, e.b)
-    if isinstance(e, K.Where):
-        return (e.cond, e.a, e.b)
-    return ()
+    return children(e)
 
 
 def _stmt_exprs(s) -> tuple:

@@ -23,7 +23,7 @@ def costly(e) -> bool:
     return isinstance(e, K.Cast) and costly(e.x)
 
 
-def _children(e) -> tuple:
+def children(e) -> tuple:
     if isinstance(e, K.Unary) or isinstance(e, K.Cast):
         return (e.x,)
     if isinstance(e, K.Binary):
@@ -39,7 +39,7 @@ def uses(e, names) -> bool:
         return e.name in names
     if isinstance(e, K.Load):
         return uses(e.index, names) or (e.valid is not None and uses(e.valid, names))
-    return any(uses(c, names) for c in _children(e))
+    return any(uses(c, names) for c in children(e))
 
 
 def loads(e):
@@ -51,7 +51,7 @@ def loads(e):
         if isinstance(e, K.Load):
             found.append(e)
         elif isinstance(e, (K.Unary, K.Cast, K.Binary, K.Where)):
-            stack += _children(e)
+            stack += children(e)
         elif not isinstance(e, (K.Const, K.Var, K.Param)):
             return None
     return found
@@ -87,13 +87,13 @@ def hoist(e, names, hoisted: list, at, prefix: str):
                 return K.Load(name, at, e.dtype)
         hoisted.append((f"{prefix}{len(hoisted)}", e))
         return K.Load(hoisted[-1][0], at, e.dtype)
-    return _rebuilt(e, tuple(hoist(p, names, hoisted, at, prefix) for p in _children(e)))
+    return _rebuilt(e, tuple(hoist(p, names, hoisted, at, prefix) for p in children(e)))
 
 
 def _rebuilt(e, new: tuple):
-    """e with its children (`_children`) replaced by `new`; e itself when none changed
+    """e with its children (`children`) replaced by `new`; e itself when none changed
     (shared subexpressions stay shared)."""
-    if all(n is p for n, p in zip(new, _children(e))):
+    if all(n is p for n, p in zip(new, children(e))):
         return e
     if isinstance(e, K.Where):
         return K.Where(*new, e.dtype)
@@ -105,7 +105,7 @@ def _rebuilt(e, new: tuple):
 
 
 def contains(e, part) -> bool:
-    return e is part or any(contains(c, part) for c in _children(e))
+    return e is part or any(contains(c, part) for c in children(e))
 
 
 def replace(e, part, new):
@@ -146,7 +146,7 @@ def assume(e, cond, truth: bool):
         return assume(e.a if truth else e.b, cond, truth)
     if not isinstance(e, (K.Where, K.Binary, K.Unary, K.Cast)):
         return e
-    return _rebuilt(e, tuple(assume(p, cond, truth) for p in _children(e)))
+    return _rebuilt(e, tuple(assume(p, cond, truth) for p in children(e)))
 
 
 def unravel(flat, shape) -> tuple:
