@@ -11,8 +11,8 @@ compiled object.
 Only a buffer read and written without masks is rewritten: a masked access turns
 into index 0 when its mask is off, and index 0 must stay the buffer's own start.
 Every index of a rewritten buffer keeps a non-negative constant, and the pointer
-moves by at most the smallest index the kernel reads there, so it stays inside the
-buffer.
+moves by the smallest constant term of its indices: the index an access reads with
+its loop variables at 0, inside the buffer.  Only a positive offset moves.
 """
 from __future__ import annotations
 
