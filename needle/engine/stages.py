@@ -24,12 +24,19 @@ def dump(outputs, stage: str) -> str:
     if stage == "fused":
         return fused_text(fused)
     if stage == "kernels":
-        return "\n\n".join(c.kernel.text() for c in schedule.calls)
+        return "\n\n".join(_kernel_text(c) for c in schedule.calls)
     if stage == "llvm":
         return "\n".join(schedule_cache.kernel_code(c.kernel, target) for c in schedule.calls)
     if stage == "cuda":
         return cuda.render_module([c.kernel for c in schedule.calls], bounds_check=target.bounds_check)
     raise ValueError(f"unknown stage {stage!r}")
+
+
+def _kernel_text(call) -> str:
+    """A kernel's IR, and the constant offsets its launch adds to its buffer pointers
+    (compiler/buffer_offsets.py: they are no longer in its indices)."""
+    moved = [f"{b.name} + {n}" for b, n in zip(call.kernel.bufs, call.offsets) if n]
+    return call.kernel.text() + (f"\n  (launched at {', '.join(moved)} elements)" if moved else "")
 
 
 def kernel_members(fused) -> list:

@@ -94,3 +94,13 @@ def test_an_unrolled_recurrence_compiles_its_step_kernel_once(bounds_check, monk
     for t in range(steps):
         expected = np.tanh(xs[t].astype(np.float64) @ w + expected @ u)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)  # float32 sums of 64 terms of ~0.3^2
+
+
+def test_the_kernels_dump_shows_where_a_launch_moves_a_pointer():
+    x = np.random.default_rng(1).standard_normal((4, 8, 16)).astype(np.float32)
+    with ndl.lazy(True):
+        X = ndl.Tensor(x, requires_grad=False)
+        y = ops.exp(ops.reshape(X[2:3], (8, 16)))  # reads X from element 2 * 8 * 16 on
+        text = ndl.ir.dump(y, stage="kernels")
+        assert "(launched at in0 + 256 elements)" in text and "256" not in text.split("launched")[0]
+        np.testing.assert_allclose(y.numpy(), np.exp(x[2].astype(np.float64)), rtol=2.0 ** -22)
