@@ -68,6 +68,8 @@ class CompiledSchedule(ScheduleRunner):
             self.param_matrix[i, :len(c.params)] = c.params
         self.output_strides = {shape: compact_strides(shape) for _, shape, _, _, _ in self.outputs}
         self.totals = [c.kernel.parallel[1] if c.kernel.parallel else 1 for c in schedule.calls]
+        self.temp_slot_index = np.array([slot for slot, _ in self.temp_slots], dtype=np.intp)
+        self.temp_offsets = np.array([offset for _, offset in self.temp_slots], dtype=np.int64)
         self.tables, self.tables_free = _Args(self), threading.Lock()
         #: what this entry holds in memory, roughly (the schedule cache's byte bound)
         self.nbytes = (ENTRY_BYTES_PER_CALL * (1 + len(schedule.calls)) + 2 * self.slot_matrix.nbytes
@@ -134,6 +136,14 @@ class CompiledSchedule(ScheduleRunner):
 
     def temp_address(self, temp) -> int:
         return host_memory.address_of(temp)
+
+    def bind_temps(self, args, slots, base: int) -> None:
+        """The temp slots' addresses, in one numpy operation, and none at all when the
+        pool handed back the block these tables were bound to last time (a replayed
+        step: an LSTM's 241 temps, 151 in ResNet9's step)."""
+        if args.temp_base != base:
+            slots[self.temp_slot_index] = self.temp_offsets + base
+            args.temp_base = base
 
     def prepare(self, args, scalars) -> None:
         """Every kernel's parameters, gathered in one numpy operation.  (Their pointer
@@ -251,7 +261,7 @@ class _Spares:
 
     def take(self, k: int, compiled: "CompiledSchedule", size: int, dtype: str) -> tuple:
         kept = self.kept[k]
-        for entry in kept:
+        for entry in reversed(kept):  # the oldest first: a state's newest is its value now
             if _references(entry) == _UNHELD[entry[0].base is None]:
                 return entry
         fresh = compiled.new_output(size, dtype)
@@ -291,7 +301,7 @@ class _Args:
     parameters (gathered from them), the error flag, and raw pointers to all of it."""
 
     __slots__ = ("ptrs", "table", "values", "params", "err", "ptrs_ptr", "table_ptr", "table_row",
-                 "params_ptr", "params_row", "err_ptr")
+                 "params_ptr", "params_row", "err_ptr", "temp_base")
 
     def __init__(self, compiled: "CompiledSchedule"):
         self.ptrs = np.zeros(compiled.n_slots, dtype=np.int64)
@@ -303,6 +313,7 @@ class _Args:
         self.table_ptr, self.table_row = self.table.ctypes.data, self.table.strides[0]
         self.params_ptr, self.params_row = self.params.ctypes.data, self.params.strides[0]
         self.err_ptr = self.err.ctypes.data
+        self.temp_base = None  # the temp block's address the slots hold (bind_temps)
 
 
 class _Workers(threading.local):

@@ -61,6 +61,9 @@ class ScheduleRunner:
     def acquire_temp(self, nbytes: int): raise NotImplementedError
     def release_temp(self, temp) -> None: raise NotImplementedError
     def temp_address(self, temp) -> int: raise NotImplementedError
+    def bind_temps(self, args, slots, base: int) -> None:  # each temp slot: its place in the block
+        for slot, offset in self.temp_slots:
+            slots[slot] = base + offset
     def prepare(self, args, scalars) -> None: pass                      # after every slot is bound
     def launch_all(self, args) -> bool: return False                    # untimed, unchecked fast path
     def launch(self, args, i: int, limits, timed: bool): raise NotImplementedError  # -> seconds if timed
@@ -85,9 +88,7 @@ class ScheduleRunner:
             block = self.acquire_temp(self.temp_total) if self.temp_slots else None
             try:
                 if block is not None:
-                    base = self.temp_address(block)
-                    for slot, offset in self.temp_slots:
-                        slots[slot] = base + offset
+                    self.bind_temps(args, slots, self.temp_address(block))
                 self.prepare(args, scalars)
                 self._launch_every(args, leaves, owned)
             finally:

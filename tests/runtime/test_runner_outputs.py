@@ -86,6 +86,41 @@ def test_temps_are_one_block_of_aligned_disjoint_parts(monkeypatch):
         assert spans[-1][1] <= runner.temp_total
 
 
+def test_temps_follow_their_block_when_the_pool_hands_out_another(monkeypatch):
+    """The CPU runner rebinds a schedule's temp slots only when its block moved
+    (runtime/cpu.py bind_temps): with every block kept out of the pool, each run gets
+    a new one; after each run the slots point into that run's block, and the values
+    match numpy."""
+    from needle.backend_ndarray import host_memory
+    from needle.engine import schedule_cache
+    from needle.runtime import pool
+    rng = np.random.default_rng(2)
+    x_np = rng.standard_normal((32, 24)).astype("float32")
+    w_np = rng.standard_normal((24, 24)).astype("float32")
+    held, bases = [], []
+    original = pool.POOL.acquire
+    monkeypatch.setattr(pool.POOL, "release", lambda block: held.append(block))  # never back to the pool
+
+    def acquire(n):
+        block = original(n)
+        bases.append(host_memory.address_of(block))
+        return block
+    monkeypatch.setattr(pool.POOL, "acquire", acquire)
+    schedule_cache.clear()
+    h = np.maximum(x_np.astype(np.float64) @ w_np, 0)
+    for run in range(3):
+        x = ndl.Tensor(x_np * (run + 1), requires_grad=False)  # new data each run, one schedule
+        with ndl.lazy(True):
+            hh = ndl.ops.relu(x @ ndl.Tensor(w_np, requires_grad=False))
+            y = (hh / ndl.ops.broadcast_to(hh.sum((1,), keepdims=True) + 1, hh.shape)) @ ndl.Tensor(w_np)
+            got = y.numpy()
+        want = ((h * (run + 1)) / (1 + (h * (run + 1)).sum(1, keepdims=True))) @ w_np
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)  # float32 sums of 24 terms
+        (runner,) = [e for e, _ in schedule_cache.CACHES["cpu"].entries.entries.values() if e.temp_slots]
+        np.testing.assert_array_equal(runner.tables.ptrs[runner.temp_slot_index], bases[-1] + runner.temp_offsets)
+    assert len(held) == 3 and len(set(bases)) == 3  # three runs, three different blocks
+
+
 def _address(t) -> int:
     from needle.runtime import cpu
     return cpu.address(t.realize_cached_data()._handle)
