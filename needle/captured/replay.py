@@ -153,8 +153,17 @@ class CapturedStep:
         for run in self.runs:
             leaves = []
             for where, view, layout in run.leaves:
-                kind = where[0]  # (inputs and earlier outputs inline: the most common)
-                if kind == INPUT:
+                kind = where[0]  # (state in a slot, inputs and earlier outputs inline: the most common)
+                if kind == SLOT:
+                    value = where[1][where[2]]
+                    if where[3] is not None:
+                        value = value[where[3]]
+                    base = value._cached_data
+                    if getattr(base, "is_lazy", False):
+                        base = value.realize_cached_data()
+                    if _layout(base) != layout:
+                        return STALE  # state changed layout since the capture: capture again
+                elif kind == INPUT:
                     base = arrays[where[1]]
                 elif kind == OUTPUT:
                     base = outs[where[1]][where[2]]
@@ -171,7 +180,7 @@ class CapturedStep:
         for find, pos, (where, view, _) in self.holders:
             t = find() if callable(find) else state.in_slot(*find)
             if t is not None:
-                new = _find(where, arrays, outs, draws)
+                new = outs[where[1]][where[2]] if where[0] == OUTPUT else _find(where, arrays, outs, draws)
                 new = new if view is None else new._view(*view)
                 if pos is None:
                     t._cached_data = new
