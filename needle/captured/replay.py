@@ -155,12 +155,7 @@ class CapturedStep:
             for where, view, layout in run.leaves:
                 kind = where[0]  # (state in a slot, inputs and earlier outputs inline: the most common)
                 if kind == SLOT:
-                    value = where[1][where[2]]
-                    if where[3] is not None:
-                        value = value[where[3]]
-                    base = value._cached_data
-                    if getattr(base, "is_lazy", False):
-                        base = value.realize_cached_data()
+                    base = realized_array(state.in_slot(where[1], where[2], where[3]))
                     if _layout(base) != layout:
                         return STALE  # state changed layout since the capture: capture again
                 elif kind == INPUT:
