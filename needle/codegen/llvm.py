@@ -160,12 +160,7 @@ class _Renderer(ValueHelpers, VectorLoops):
 
     def _s_Loop(self, s: K.Loop) -> None:
         if s.kind == "unroll":
-            for v in range(s.start, s.start + s.extent):
-                self.vars[s.var] = ir.Constant(I64, v)
-                self.scopes.append({})
-                self._stmts(s.body)
-                self.scopes.pop()
-            self.scopes[-1].clear()
+            self._unrolled(s, range(s.start, s.start + s.extent))
             return
         if s.kind == "vector" and not self.check:  # bounds checking checks lane by lane
             if self.vector is not None or s.start != 0 or not isinstance(s.extent, int):
@@ -188,11 +183,7 @@ class _Renderer(ValueHelpers, VectorLoops):
         if s.kind != "parallel" and s.extent == 1 and isinstance(s.start, int):
             # one trip (a matmul's single K panel): its body with the variable a constant,
             # so that `pc == 0` folds; a loop LLVM may not unroll would keep it a variable
-            self.vars[s.var] = ir.Constant(I64, s.start)
-            self.scopes.append({})
-            self._stmts(s.body)
-            self.scopes.pop()
-            self.scopes[-1].clear()  # (as after a loop: the body may have changed mutables)
+            self._unrolled(s, (s.start,))
             return
         b = self.b
         if s.kind == "parallel":
@@ -232,6 +223,16 @@ class _Renderer(ValueHelpers, VectorLoops):
         trips = s.extent if isinstance(s.extent, int) and s.kind != "parallel" else UNROLL_MAX_INNER_TRIPS
         self.trips[-1] = max(self.trips[-1], trips * inner)
         b.position_at_end(exit_)
+
+    def _unrolled(self, s: K.Loop, trips) -> None:
+        """`s`'s body once for each value of its variable in `trips`, the variable a
+        constant there."""
+        for v in trips:
+            self.vars[s.var] = ir.Constant(I64, v)
+            self.scopes.append({})
+            self._stmts(s.body)
+            self.scopes.pop()
+        self.scopes[-1].clear()  # (as after a loop: the body may have changed mutables)
 
     def _loop_id(self, option: str, value: int = None):
         """A loop ID (`!llvm.loop` metadata) that tells LLVM's loop passes `option`:

@@ -72,8 +72,8 @@ class CompiledSchedule(ScheduleRunner):
         self.temp_offsets = np.array([offset for _, offset in self.temp_slots], dtype=np.int64)
         self.tables, self.tables_free = _Args(self), threading.Lock()
         #: what this entry holds in memory, roughly (the schedule cache's byte bound)
-        self.nbytes = (ENTRY_BYTES_PER_CALL * (1 + len(schedule.calls)) + 2 * self.slot_matrix.nbytes
-                       + self.param_matrix.nbytes)
+        self.nbytes = (ENTRY_BYTES_PER_CALL * (1 + len(schedule.calls)) + self.slot_matrix.nbytes
+                       + self.shift_matrix.nbytes + self.param_matrix.nbytes)
         #: threads each kernel runs on (0: called directly on this thread)
         self.threaded = [threads if threads > 1 and k.omp_address and c.kernel.parallel is not None and
                          c.kernel.parallel[1] > 1 and _worth_threads(c.kernel) else 0
@@ -147,8 +147,8 @@ class CompiledSchedule(ScheduleRunner):
 
     def prepare(self, args, scalars) -> None:
         """Every kernel's parameters, gathered in one numpy operation.  (Their pointer
-        lists are gathered at launch: by the native launcher on `launch_all`'s path, by
-        numpy before the first kernel on `launch`'s.)"""
+        lists are gathered at launch by the native launcher: with the first kernels on
+        `launch_all`'s path, before the first kernel on `launch`'s.)"""
         if scalars:
             values = args.values
             for k, x in enumerate(scalars):
@@ -163,8 +163,7 @@ class CompiledSchedule(ScheduleRunner):
         native call gathers the pointer lists too."""
         if args is not self.tables:
             return False
-        native = self.native
-        gather = (args.ptrs_ptr, self.slots_ptr, self.shifts_ptr, args.table_ptr, self.slot_matrix.size)
+        native, gather = self.native, self._gather(args)
         for table, count, launch in self.segments:
             if launch is None:
                 native(table, count, *gather)
@@ -176,9 +175,13 @@ class CompiledSchedule(ScheduleRunner):
             gather = _GATHERED
         return True
 
+    def _gather(self, args) -> tuple:
+        """The native launcher's arguments that fill `args`' pointer lists from its slots."""
+        return (args.ptrs_ptr, self.slots_ptr, self.shifts_ptr, args.table_ptr, self.slot_matrix.size)
+
     def launch(self, args, i, limits, timed):
         if i == 0:
-            np.add(args.ptrs.take(self.slot_matrix), self.shift_matrix, out=args.table)
+            self.native(0, 0, *self._gather(args))
         t0 = time.perf_counter()
         limits = np.asarray(limits, dtype=np.int64) if limits is not None else None
         _launch(self.kernels[i], args, i, self.totals[i], self.threaded[i], limits)
