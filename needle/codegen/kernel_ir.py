@@ -243,8 +243,8 @@ class Kernel:
     body: list
     parallel: Optional[Tuple[str, int]] = None   # (var, extent) of the split loop
     work: int = 0             # elements touched (flops for a matmul), to decide threading
-    #: a matmul's flops, on its macro-kernel and packing kernels: those split across
-    #: threads by it, all or none, so that each thread packs the panels it multiplies
+    #: a matmul's flops, on its macro-kernel: it is split across threads by them (the
+    #: A panels it packs inside included), not by the elements it touches
     thread_work: int = 0
     slots: list = field(default_factory=list)    # schedule slot of each buf
     params: list = field(default_factory=list)   # scalar slot of each parameter

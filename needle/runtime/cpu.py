@@ -36,9 +36,12 @@ MIN_WORK_PER_THREAD = 1 << 16
 #: at most this many bytes of kernel outputs are kept for reuse (see `_Spares`)
 SPARE_BYTES = 256 << 20
 #: the same for matmul kernels, whose work is counted in flops: a small GEMM (an LSTM
-#: cell's 16x256x64) finishes before a woken worker thread would start, and on a busy
-#: machine waking it costs milliseconds
-MIN_FLOPS_PER_THREAD = 1 << 22
+#: cell's 16x256x64, 0.5 MFLOP) finishes before a woken worker thread would start.  At
+#: 2^20 rather than 2^22, since spinning workers are started from the native launch loop
+#: (about 1 us, not 6): a batched 4x8x32x32 matmul (2 MFLOP) 29 -> 16.5 us; ResNet9's
+#: 2-5 MFLOP convolutions 94 -> 74, 97 -> 76, 145 -> 120 us, CNN's 4 MFLOP linear
+#: layers 113 -> 70, 252 -> 158 us (profiled; whole steps unchanged within this VM's noise)
+MIN_FLOPS_PER_THREAD = 1 << 20
 
 
 
@@ -81,10 +84,11 @@ class CompiledSchedule(ScheduleRunner):
         t = self.tables  # each kernel's argument pointers into the schedule's own tables
         self.launches = [(k, t.table_ptr + i * t.table_row, t.params_ptr + i * t.params_row, total, threaded, i)
                          for i, (k, total, threaded) in enumerate(zip(self.kernels, self.totals, self.threaded))]
-        #: the replay plan of `launch_all`: each run of single-threaded kernels is one
-        #: native call (launcher.py: ctypes costs more than a small kernel runs)
-        self.segments, self.entry_tables = _segments(self.launches, t.err_ptr)
-        self.native = launcher.launch_list()
+        #: the replay plan of `launch_all`: every kernel in one native call (launcher.py:
+        #: ctypes costs more than a small kernel runs), threaded ones with their team's blocks
+        self.entries, self.team_blocks = _entries(self.launches, t.err_ptr)
+        self.entries_ptr = self.entries.ctypes.data
+        self.native = launcher.launch_list(_gomp_parallel_address())
         self.spares = _Spares(len(self.outputs))
 
     # ---- the runner's hooks: host memory, ctypes and GOMP launches ----------------------
@@ -159,21 +163,21 @@ class CompiledSchedule(ScheduleRunner):
 
     def launch_all(self, args) -> bool:
         """Every kernel, untimed and unchecked, from the schedule's own argument tables
-        (their pointers computed once): the replay loop of a captured step.  The first
-        native call gathers the pointer lists too."""
+        (their pointers computed once): the replay loop of a captured step.  The native
+        loop gathers the pointer lists, then launches kernels until one is threaded and
+        its team may be asleep; that one goes through `_launch`, the rest natively again."""
         if args is not self.tables:
             return False
-        native, gather = self.native, self._gather(args)
-        for table, count, launch in self.segments:
-            if launch is None:
-                native(table, count, *gather)
-            else:
-                if gather is not _GATHERED:
-                    native(0, 0, *gather)
-                kernel, _, _, total, threads, i = launch
-                _launch(kernel, args, i, total, threads, None)
+        native, gather, clock = self.native, self._gather(args), WORKERS.clock_address
+        i, n, entry_bytes = 0, self.n_calls, launcher.WORDS * 8
+        while True:
+            i += native(self.entries_ptr + i * entry_bytes, n - i, *gather, clock)
+            if i >= n:
+                return True
+            kernel, _, _, total, threads, _ = self.launches[i]
+            _launch(kernel, args, i, total, threads, None)
+            i += 1
             gather = _GATHERED
-        return True
 
     def _gather(self, args) -> tuple:
         """The native launcher's arguments that fill `args`' pointer lists from its slots."""
@@ -181,7 +185,7 @@ class CompiledSchedule(ScheduleRunner):
 
     def launch(self, args, i, limits, timed):
         if i == 0:
-            self.native(0, 0, *self._gather(args))
+            self.native(0, 0, *self._gather(args), WORKERS.clock_address)
         t0 = time.perf_counter()
         limits = np.asarray(limits, dtype=np.int64) if limits is not None else None
         _launch(self.kernels[i], args, i, self.totals[i], self.threaded[i], limits)
@@ -194,27 +198,19 @@ class CompiledSchedule(ScheduleRunner):
 _GATHERED = (0, 0, 0, 0, 0)  # launch_list's arguments that gather nothing
 
 
-def _segments(launches, err_ptr) -> tuple:
-    """([(entry table address, kernel count, None) per run of consecutive
-    single-threaded kernels, (None, 0, launch) per threaded kernel], the entry
-    tables, which must live as long as the segments point into them)."""
-    segments, tables, run = [], [], []
-
-    def close():
-        if run:
-            tables.append(launcher.entries(run))
-            segments.append((tables[-1].ctypes.data, len(run), None))
-            run.clear()
-
-    for launch in launches:
-        kernel, bufs, params, total, threads, _ = launch
+def _entries(launches, err_ptr) -> tuple:
+    """(the native launcher's entry table of every kernel, the data blocks of the
+    threaded ones, which must live as long as the table points into them).  A
+    threaded kernel's entry is its `_omp` wrapper and data block (bufs, params, total,
+    limits, err, each thread's start time: codegen/llvm.py `_emit_omp`)."""
+    rows, blocks = [], []
+    for kernel, bufs, params, total, threads, _ in launches:
         if threads:
-            close()
-            segments.append((None, 0, launch))
+            blocks.append(np.array([bufs, params, total, 0, err_ptr] + [0] * threads, dtype=np.int64))
+            rows.append((kernel.omp_address, blocks[-1].ctypes.data, 0, 0, 0, threads))
         else:
-            run.append((kernel.address, bufs, params, total, err_ptr))
-    close()
-    return segments, tables
+            rows.append((kernel.address, bufs, params, total, err_ptr, 0))
+    return launcher.entries(rows), blocks
 
 
 def address(handle) -> int:
@@ -319,16 +315,33 @@ class _Args:
         self.temp_base = None  # the temp block's address the slots hold (bind_temps)
 
 
+#: idle workers spin (libgomp: a few ms) and then sleep; after this long without a
+#: threaded launch they are taken to be asleep
+ASLEEP_AFTER = 2e-3
+
+
 class _Workers(threading.local):
     """This thread's GOMP workers (each thread that launches threaded kernels leads its
     own team), as its launches have seen them."""
 
     def __init__(self):
-        self.last_end = -1e9  # perf_counter() when a threaded launch last finished
+        #: [when a threaded launch last finished, ASLEEP_AFTER], in CLOCK_MONOTONIC ns
+        #: (perf_counter's clock): read and set by the native launcher too
+        self.clock = (ctypes.c_int64 * 2)(-10 ** 18, int(ASLEEP_AFTER * 1e9))
+        self.clock_address = ctypes.addressof(self.clock)
         self.lag = 0.0        # seconds the last worker took to start after sleeping (last measured)
         self.retry_at = 0.0   # perf_counter() after which a sleeping team is woken again to measure it
         self.hot = {}         # (id(kernel), total) -> seconds the launch takes with the workers awake
         self.blocks = {}      # threads -> (the `_omp` wrapper's data block, its address), reused
+
+    @property
+    def last_end(self) -> float:
+        """perf_counter() when a threaded launch last finished."""
+        return self.clock[0] * 1e-9
+
+    @last_end.setter
+    def last_end(self, seconds: float) -> None:
+        self.clock[0] = int(seconds * 1e9)
 
     def block(self, threads: int):
         """The data block of a launch on `threads` threads: 5 arguments, then each
@@ -343,9 +356,6 @@ class _Workers(threading.local):
 
 WORKERS = _Workers()
 
-#: idle workers spin (libgomp: a few ms) and then sleep; after this long without a
-#: threaded launch they are taken to be asleep
-ASLEEP_AFTER = 2e-3
 #: how long a team's measured wake-up stands: after this, a kernel after an idle spell
 #: goes to the workers again (the host may have calmed down or got busier)
 RETRY_AFTER = 1.0
@@ -367,6 +377,12 @@ def _one_thread_is_faster(workers, key, threads: int, start: float) -> bool:
         return False  # the workers are spinning, or their wake-up is to be measured again
     hot = workers.hot.get(key)
     return hot is not None and hot * (threads - 1) < workers.lag
+
+
+def _gomp_parallel_address() -> int:
+    """GOMP_parallel's address for the native launcher (0 without libgomp)."""
+    gomp = jit.gomp()
+    return ctypes.cast(gomp.GOMP_parallel, ctypes.c_void_p).value if gomp is not None else 0
 
 
 @functools.cache

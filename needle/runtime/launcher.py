@@ -1,14 +1,22 @@
 """A native loop that calls a list of compiled kernels one after the other.
 
 Each ctypes call costs about a microsecond and a half, more than many small
-kernels run (an LSTM step is two thousand of them).  A schedule's consecutive
-single-threaded kernels are therefore launched by one ctypes call into this
-loop, which reads (entry point, buffer table, parameters, total, error flag)
-five 64-bit words per kernel and calls each entry point as Python would.  It first
-fills the schedule's buffer tables from its slot pointers (`table[c] =
-ptrs[slots[c]] + shifts[c]`, shifts: compiler.buffer_offsets), the gather numpy's
-`take` did in a microsecond and a quarter of call overhead, more than a small
-captured matmul's kernel leaves to spare.
+kernels run (an LSTM step is two thousand of them).  A schedule's kernels are
+therefore launched by one ctypes call into this loop, which reads (entry point,
+buffer table, parameters, total, error flag, threads) six 64-bit words per kernel
+and calls each entry point as Python would.  A threaded kernel's entry holds its
+`_omp` wrapper and the wrapper's data block: the loop starts it with libgomp's
+`GOMP_parallel` while the team's threads still spin (their last team launch ended
+less than `clock[1]` ns ago, `clock[0]` when it ended, CLOCK_MONOTONIC as
+perf_counter); else it stops there and returns the kernel's index, and the runtime
+decides in Python whether waking the team pays (runtime/cpu.py `_launch`).  In
+Python, a threaded launch cost 5-6 us besides GOMP's own microsecond: more than
+two threads saved on a batched 4x8x32x32 matmul (29 us on one thread, 16.5 on two).
+
+The loop first fills the schedule's buffer tables from its slot pointers
+(`table[c] = ptrs[slots[c]] + shifts[c]`, shifts: compiler.buffer_offsets), the
+gather numpy's `take` did in a microsecond and a quarter of call overhead, more
+than a small captured matmul's kernel leaves to spare.
 """
 from __future__ import annotations
 
@@ -20,14 +28,17 @@ import numpy as np
 
 from . import llvm_compile
 
-#: an entry's five words, in order, and whether each is a pointer
-_FIELDS = (("fn", True), ("bufs", True), ("params", True), ("total", False), ("err", True))
+#: an entry's words, in order, and whether each is a pointer
+_FIELDS = (("fn", True), ("bufs", True), ("params", True), ("total", False), ("err", True), ("threads", False))
+WORDS = len(_FIELDS)
 
 
-def _ir() -> str:
-    """LLVM IR of `needle_launch_list(entries, n, ptrs, slots, shifts, table, cells)`:
-    for each of the `cells` cells, table[c] = ptrs[slots[c]] + shifts[c]; then for each
-    entry, call fn(bufs, params, 0, total, null, err)."""
+def _ir(gomp_parallel: int) -> str:
+    """LLVM IR of `needle_launch_list(entries, n, ptrs, slots, shifts, table, cells,
+    clock) -> launched`: for each of the `cells` cells, table[c] = ptrs[slots[c]] +
+    shifts[c]; then for each entry, fn(bufs, params, 0, total, null, err), or with
+    threads > 0, GOMP_parallel(fn, bufs, threads, 0) (at address `gomp_parallel`) if
+    the team ran within clock[1] ns, else return that entry's index."""
     loads = []
     for k, (name, is_ptr) in enumerate(_FIELDS):
         word = name + "_word" if is_ptr else name
@@ -36,10 +47,17 @@ def _ir() -> str:
                   f"  %{word} = load i64, ptr %p_{name}"]
         if is_ptr:
             loads.append(f"  %{name} = inttoptr i64 %{word} to ptr")
+
+    def now(name: str) -> list:  # CLOCK_MONOTONIC in ns, into %name
+        return [f"  call i32 @clock_gettime(i32 1, ptr %ts)",
+                f"  %{name}_s = load i64, ptr %ts", f"  %{name}_ns = load i64, ptr %ts_ns",
+                f"  %{name}_sns = mul i64 %{name}_s, 1000000000", f"  %{name} = add i64 %{name}_sns, %{name}_ns"]
     return "\n".join([
-        "define void @needle_launch_list(ptr %entries, i64 %n, ptr %ptrs, ptr %slots, ptr %shifts, ptr %table,"
-        " i64 %cells) {",
-        "entry:", "  br label %gather",
+        "declare i32 @clock_gettime(i32, ptr)",
+        "define i64 @needle_launch_list(ptr %entries, i64 %n, ptr %ptrs, ptr %slots, ptr %shifts, ptr %table,"
+        " i64 %cells, ptr %clock) {",
+        "entry:", "  %ts = alloca [2 x i64]", "  %ts_ns = getelementptr i64, ptr %ts, i64 1",
+        "  %p_asleep = getelementptr i64, ptr %clock, i64 1", "  br label %gather",
         "gather:", "  %c = phi i64 [0, %entry], [%c_next, %fill]", "  %c_more = icmp slt i64 %c, %cells",
         "  br i1 %c_more, label %fill, label %start",
         "fill:", "  %p_slot = getelementptr i64, ptr %slots, i64 %c", "  %slot = load i64, ptr %p_slot",
@@ -49,37 +67,49 @@ def _ir() -> str:
         "  %p_cell = getelementptr i64, ptr %table, i64 %c", "  store i64 %ptr, ptr %p_cell",
         "  %c_next = add i64 %c, 1", "  br label %gather",
         "start:", "  br label %loop",
-        "loop:", "  %i = phi i64 [0, %start], [%next, %body]", "  %more = icmp slt i64 %i, %n",
+        "loop:", "  %i = phi i64 [0, %start], [%next, %ran]", "  %more = icmp slt i64 %i, %n",
         "  br i1 %more, label %body, label %exit",
-        "body:", "  %base = mul i64 %i, 5", *loads,
-        "  call void %fn(ptr %bufs, ptr %params, i64 0, i64 %total, ptr null, ptr %err)",
-        "  %next = add i64 %i, 1", "  br label %loop",
-        "exit:", "  ret void", "}"])
+        "body:", f"  %base = mul i64 %i, {WORDS}", *loads,
+        "  %threaded = icmp sgt i64 %threads, 0", "  br i1 %threaded, label %team, label %single",
+        "single:", "  call void %fn(ptr %bufs, ptr %params, i64 0, i64 %total, ptr null, ptr %err)",
+        "  br label %ran",
+        "team:", *now("now"), "  %last = load i64, ptr %clock", "  %asleep_after = load i64, ptr %p_asleep",
+        "  %idle = sub i64 %now, %last", "  %asleep = icmp sgt i64 %idle, %asleep_after",
+        "  br i1 %asleep, label %exit, label %wake",
+        "wake:", f"  %gomp = inttoptr i64 {gomp_parallel} to ptr", "  %threads32 = trunc i64 %threads to i32",
+        "  call void %gomp(ptr %fn, ptr %bufs, i32 %threads32, i32 0)", *now("end"),
+        "  store i64 %end, ptr %clock", "  br label %ran",
+        "ran:", "  %next = add i64 %i, 1", "  br label %loop",
+        "exit:", "  ret i64 %i", "}"])
+
 
 _lock = threading.Lock()
 _state = {}
 
 
-def launch_list():
-    """The native `launch_list(entries, n, ptrs, slots, shifts, table, cells)` (compiled
-    once per process; cells 0 gathers nothing, n 0 launches nothing)."""
-    fn = _state.get("fn")
+def launch_list(gomp_parallel: int):
+    """The native `launch_list(entries, n, ptrs, slots, shifts, table, cells, clock)`
+    -> entries launched (compiled once per process; cells 0 gathers nothing, n 0
+    launches nothing).  `gomp_parallel`: GOMP_parallel's address (0 without libgomp:
+    then no entry may be threaded)."""
+    fn = _state.get(gomp_parallel)
     if fn is None:
         with _lock:
-            if "fn" not in _state:
-                module = llvm.parse_assembly(_ir())
+            if gomp_parallel not in _state:
+                module = llvm.parse_assembly(_ir(gomp_parallel))
                 module.verify()
                 engine = llvm.create_mcjit_compiler(module, llvm_compile.new_machine("", ""))
                 engine.finalize_object()
                 address = engine.get_function_address("needle_launch_list")
-                _state["engine"] = engine  # keeps the code alive
-                _state["fn"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                                             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(address)
-            fn = _state["fn"]
+                _state[("engine", gomp_parallel)] = engine  # keeps the code alive
+                _state[gomp_parallel] = ctypes.CFUNCTYPE(
+                    ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)(address)
+            fn = _state[gomp_parallel]
     return fn
 
 
 def entries(rows) -> np.ndarray:
     """The entry table for `rows` of (entry point, buffer table, parameters, total,
-    error flag) addresses and counts."""
-    return np.array(rows, dtype=np.int64).reshape(len(rows), 5)
+    error flag, threads) addresses and counts."""
+    return np.array(rows, dtype=np.int64).reshape(len(rows), WORDS)

@@ -1,6 +1,8 @@
 """Threading does not change results: config.THREADS = 1 and 2 give equal values
 (each output element is computed by the same code on one thread, whatever the
 split), and the big kernels really are split when two threads are allowed."""
+import time
+
 import numpy as np
 import pytest
 
@@ -88,19 +90,71 @@ def test_thread_setting_is_honoured_for_cached_schedules(monkeypatch):
         assert any(flags)
 
 
-def test_single_threaded_runs_are_launched_by_one_native_call():
-    """Consecutive single-threaded kernels become one entry table (one ctypes call
-    into runtime/launcher.py); a threaded kernel goes through GOMP between them."""
+def test_every_kernel_has_an_entry_of_the_native_launcher():
+    """A single-threaded kernel's entry is (entry point, pointer list, parameters,
+    total, error flag, 0); a threaded one's is its `_omp` wrapper, a data block laid
+    out as the wrapper reads it (codegen/llvm.py `_emit_omp`), and its thread count."""
     class Kernel:
         def __init__(self, address):
-            self.address = address
+            self.address, self.omp_address = address, address + 5
     launches = [(Kernel(10 * i + 1), 100 + i, 200 + i, 7 + i, threads, i)
                 for i, threads in enumerate([0, 0, 2, 0])]
-    segments, tables = cpu_runtime._segments(launches, err_ptr=999)
-    assert [(count, launch is not None) for _, count, launch in segments] == [(2, False), (0, True), (1, False)]
-    assert tables[0].tolist() == [[1, 100, 200, 7, 999], [11, 101, 201, 8, 999]]
-    assert tables[1].tolist() == [[31, 103, 203, 10, 999]]
-    assert segments[0][0] == tables[0].ctypes.data and segments[1][2] is launches[2]
+    table, blocks = cpu_runtime._entries(launches, err_ptr=999)
+    assert table[[0, 1, 3]].tolist() == [[1, 100, 200, 7, 999, 0], [11, 101, 201, 8, 999, 0],
+                                         [31, 103, 203, 10, 999, 0]]
+    assert table[2].tolist() == [26, blocks[0].ctypes.data, 0, 0, 0, 2]
+    assert blocks[0].tolist() == [102, 202, 9, 0, 999, 0, 0]  # bufs, params, total, limits, err, 2 starts
+
+
+def _mixed_schedule(monkeypatch):
+    """(big x, small y, a schedule computing exp(x) on two threads and y + 1 on one,
+    leaves, scalars, device)."""
+    if jit.gomp() is None:
+        pytest.skip("no libgomp")
+    monkeypatch.setattr(config, "THREADS", 2)
+    x = np.random.uniform(-3, 3, 4 * cpu_runtime.MIN_WORK_PER_THREAD).astype(np.float32)
+    y = np.random.uniform(-3, 3, 100).astype(np.float32)
+    big = build.elementwise("exp", leaf(x))
+    small = build.elementwise("add", leaf(y), build.const(1.0, y.shape, "float32", CPU))
+    entry, leaves, scalars = schedule_cache.compiled_schedule([big, small])
+    assert sorted(entry.threaded) == [0, 2]
+    return x, y, entry, leaves, scalars, big.device
+
+
+def test_spinning_workers_run_threaded_kernels_from_the_native_loop(monkeypatch):
+    """With the team's last launch just now (its workers spin), a schedule's threaded
+    kernel is started by the native launcher: no launch goes through Python, the
+    values are right, and the launcher notes when its team launch ended."""
+    x, y, entry, leaves, scalars, device = _mixed_schedule(monkeypatch)
+    monkeypatch.setattr(cpu_runtime, "_launch", lambda *a: pytest.fail("launched from Python"))
+    workers = cpu_runtime.WORKERS
+    outs = []
+    for _ in range(2):
+        workers.last_end = time.perf_counter()
+        start = workers.last_end
+        outs = [o.numpy() for o in entry.run(leaves, scalars, device)]
+        assert workers.last_end > start
+    np.testing.assert_allclose(outs[0], np.exp(x.astype(np.float64)), rtol=2e-7)
+    np.testing.assert_array_equal(outs[1], y + np.float32(1.0))
+
+
+def test_a_team_that_may_be_asleep_is_left_to_python(monkeypatch):
+    """With the team idle longer than ASLEEP_AFTER, the native loop stops at the
+    threaded kernel and `_launch` decides whether to wake the team; the kernels before
+    and after it still run natively (one Python launch in all), with the right values."""
+    x, y, entry, leaves, scalars, device = _mixed_schedule(monkeypatch)
+    calls = []
+    real = cpu_runtime._launch
+
+    def spy(kernel, args, i, total, threads, limits):
+        calls.append((i, threads))
+        return real(kernel, args, i, total, threads, limits)
+    monkeypatch.setattr(cpu_runtime, "_launch", spy)
+    cpu_runtime.WORKERS.last_end = -1e9
+    outs = [o.numpy() for o in entry.run(leaves, scalars, device)]
+    assert calls == [(entry.threaded.index(2), 2)]
+    np.testing.assert_allclose(outs[0], np.exp(x.astype(np.float64)), rtol=2e-7)
+    np.testing.assert_array_equal(outs[1], y + np.float32(1.0))
 
 
 class _State:
