@@ -316,7 +316,8 @@ class _Args:
 
 
 #: idle workers spin (libgomp: a few ms) and then sleep; after this long without a
-#: threaded launch they are taken to be asleep
+#: threaded launch they are taken to be asleep (the native launch loop reads it from
+#: each thread's `_Workers.clock`, set when the thread first launches)
 ASLEEP_AFTER = 2e-3
 
 

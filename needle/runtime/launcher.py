@@ -49,7 +49,7 @@ def _ir(gomp_parallel: int) -> str:
             loads.append(f"  %{name} = inttoptr i64 %{word} to ptr")
 
     def now(name: str) -> list:  # CLOCK_MONOTONIC in ns, into %name
-        return [f"  call i32 @clock_gettime(i32 1, ptr %ts)",
+        return ["  call i32 @clock_gettime(i32 1, ptr %ts)",
                 f"  %{name}_s = load i64, ptr %ts", f"  %{name}_ns = load i64, ptr %ts_ns",
                 f"  %{name}_sns = mul i64 %{name}_s, 1000000000", f"  %{name} = add i64 %{name}_sns, %{name}_ns"]
     return "\n".join([

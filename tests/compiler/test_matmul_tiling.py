@@ -63,9 +63,9 @@ def test_packed_panels_are_as_deep_as_k():
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_threads_pack_the_a_panels_they_multiply(threads, monkeypatch):
     """The macro-kernel packs A itself, each row block's panels by the thread that
-    multiplies them, and is split across threads by the matmul's flops; B's packing
-    kernel by its own size, as a copy; the row blocks are a multiple of the thread count and differ by
-    at most one panel; values against numpy."""
+    multiplies them, and is split across threads by the matmul's flops (B's packing
+    kernel by its own size, as a copy); the row blocks are a multiple of the thread
+    count and differ by at most one panel; values against numpy."""
     monkeypatch.setattr(config, "THREADS", threads)  # the realize below runs on as many
     target = cpu_target()
     assert target.threads == threads
