@@ -165,3 +165,34 @@ def test_first_use_of_the_jit_from_two_threads():
         assert done.returncode == 0, done.stderr[-2000:]
         result = json.loads(done.stdout.strip().splitlines()[-1])
         assert not result["errors"] and all(result["ok"].values()) and len(result["ok"]) == 2, result
+
+
+def test_threaded_kernels_launched_from_two_python_threads(monkeypatch):
+    """Two Python threads each lead their own GOMP team (runtime/cpu.py `_Workers`):
+    launching threaded kernels of one schedule (one thread has its argument tables,
+    the other a copy) and of a matmul at the same time gives numpy's values."""
+    from needle import config
+    from needle.runtime import cpu as cpu_runtime
+    if jit.gomp() is None:
+        pytest.skip("no libgomp")
+    monkeypatch.setattr(config, "THREADS", 2)
+    n = 4 * cpu_runtime.MIN_WORK_PER_THREAD
+
+    def work(seed):
+        rng = np.random.RandomState(seed)
+        out = []
+        for _ in range(15):
+            x = rng.uniform(-3, 3, n).astype(np.float32)
+            a, b = rng.randn(96, 160).astype(np.float32), rng.randn(160, 128).astype(np.float32)
+            got_exp = ndl.ops.exp(ndl.Tensor(x, device=CPU)).numpy()
+            got_mm = (ndl.Tensor(a, device=CPU) @ ndl.Tensor(b, device=CPU)).numpy()
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            # a float32 dot product of 160 terms is within 160 u of the sum of |terms|
+            bound = 160 * 2.0 ** -24 * (np.abs(a64) @ np.abs(b64))
+            out.append((got_exp, np.exp(x.astype(np.float64)), got_mm, a64 @ b64, bound))
+        return out
+
+    for results in in_two_threads(work, (1,), (2,)):
+        for got_exp, want_exp, got_mm, want_mm, bound in results:
+            np.testing.assert_allclose(got_exp, want_exp, rtol=2e-7)
+            assert np.all(np.abs(got_mm - want_mm) <= bound)
