@@ -1,7 +1,8 @@
 """The pass pipeline: IR graph -> Schedule (kernels in order, buffers planned).
 
-view folding -> fusion -> lowering (matmul tiling for matmul kernels) -> constant
-buffer offsets into pointers -> buffer planning.  A Schedule refers to data only
+sums of matmuls merged -> view folding -> common subexpressions -> fusion -> lowering
+(matmul tiling for matmul kernels) -> constant buffer offsets into pointers -> buffer
+planning.  A Schedule refers to data only
 through slots: leaf buffers and run-time scalars by their order in the graph,
 outputs by position, and intermediate results by temp buffers that are reused once
 dead.  So a schedule built for one graph runs any graph of the same structure (the
@@ -18,6 +19,7 @@ from . import matmul_tiling
 from .buffer_offsets import hoist_offsets
 from .common import merge_common
 from .fusion import FusedGraph, fuse
+from .matmul_sums import merge_matmul_sums
 from .lowering import Lowering
 from .view_folding import fold_views
 
@@ -108,7 +110,7 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
     leaves, leaf_ids, scalars, scalar_ids = (signature.leaves, signature.leaf_ids, signature.scalars,
                                              signature.scalar_ids)
     read_windows = target.name == "cpu"  # the CPU's matmuls read a conv's windows in place
-    fused = fuse(merge_common(fold_views(outputs, read_windows)), read_windows)
+    fused = fuse(merge_common(fold_views(merge_matmul_sums(outputs), read_windows)), read_windows)
     slot_of_node = {}
     slot_kinds = {i: ("leaf", i) for i in range(len(leaves))}
     next_slot = len(leaves)
