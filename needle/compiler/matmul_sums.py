@@ -71,7 +71,7 @@ def _qualifies(term, users, requested) -> bool:
     if term.op != "matmul" or term.ndim != 2 or users.get(id(term)) != 1 or id(term) in requested:
         return False
     (m, k), n = term.srcs[0].shape, term.shape[1]
-    return k * (m + n) < m * n
+    return 0 < k and k * (m + n) < m * n
 
 
 def _merged(terms, users, requested, new):

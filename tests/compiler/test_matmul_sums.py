@@ -81,6 +81,10 @@ def test_terms_read_elsewhere_and_batched_matmuls_are_left_alone():
     x1, y1, x2, y2 = tensor(rng, 3, 8, 2), tensor(rng, 3, 2, 8), tensor(rng, 3, 8, 2), tensor(rng, 3, 2, 8)
     assert ops_of(x1 @ y1 + x2 @ y2).count("matmul") == 2
     assert ops_of(m1 + tensor(rng, 8, 8)).count("assemble") == 0
+    e1, f1, e2, f2 = tensor(rng, 8, 0), tensor(rng, 0, 8), tensor(rng, 8, 0), tensor(rng, 0, 8)
+    empty = e1 @ f1 + e2 @ f2  # K = 0: zeros, nothing to lay side by side
+    assert ops_of(empty).count("assemble") == 0
+    np.testing.assert_array_equal(empty.numpy(), np.zeros((8, 8), np.float32))
 
 
 def test_a_partial_sum_that_is_requested_stays_a_boundary():
