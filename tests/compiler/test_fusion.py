@@ -230,6 +230,28 @@ def test_shared_costly_node_is_stored_with_a_reason():
     np.testing.assert_allclose(out2.numpy(), ys * 3, rtol=1e-5)
 
 
+def test_an_activation_of_summed_inputs_read_by_two_kernels_is_stored():
+    """An LSTM gate's sigmoid (or an RNN cell's tanh) of its summed pre-activations,
+    (a + b) + (c + d), read by two kernels (here two reductions over different axes):
+    a transcendental and three ops cost more than recomputing in each reader
+    (cost.EXPENSIVE_COST), so it is stored once with its reason; a transcendental of a
+    buffer and one op stays cheap and is recomputed."""
+    a, b, c, d = (tensor(8, 16, scale=0.5) for _ in range(4))
+    h = ops.tanh((a + b) + (c + d))
+    rows, cols = h.sum((1,)), h.sum((0,))
+    schedule, fused = planned(rows, cols)
+    check_reasons(fused)
+    (act,) = [n for n in fused.order if n.op == "tanh"]
+    assert id(act) in fused.stored and "costly" in fused.reasons[id(act)]
+    hs = np.tanh(sum(t.numpy().astype(np.float64) for t in (a, b, c, d)))
+    got_rows, got_cols = (t.numpy() for t in ndl.realize(rows, cols))
+    np.testing.assert_allclose(got_rows, hs.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_cols, hs.sum(0), rtol=1e-5, atol=1e-5)
+    cheap = ops.exp(a) + 1.0
+    _, fused = planned(cheap.sum((1,)), cheap.sum((0,)))
+    assert not [n for n in fused.order if n.op in ("exp", "add") and id(n) in fused.stored]
+
+
 def test_shared_costly_node_read_in_one_kernel_is_computed_there():
     """Both readers in one kernel at the same index (sigmoid's shape): no store, the
     kernel computes it once per element."""
