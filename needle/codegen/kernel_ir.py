@@ -246,6 +246,7 @@ class Kernel:
     #: a matmul's flops, on its macro-kernel: it is split across threads by them (the
     #: A panels it packs inside included), not by the elements it touches
     thread_work: int = 0
+    transcendentals: int = 0  # elementwise kernels: exp, log, tanh, sigmoid, pow an element
     slots: list = field(default_factory=list)    # schedule slot of each buf
     params: list = field(default_factory=list)   # scalar slot of each parameter
     block: int = 0            # CUDA: threads per block (0: not a CUDA kernel)

@@ -23,6 +23,28 @@ def costly(e) -> bool:
     return isinstance(e, K.Cast) and costly(e.x)
 
 
+def transcendentals(body) -> int:
+    """How many exp, log, tanh, sigmoid and pow a kernel's statements spell out (each
+    one each time it is written): what its elements cost beyond loads and stores."""
+    count, stack = 0, list(body)
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (K.Loop, K.If)):
+            stack.extend(x.body)
+        elif isinstance(x, (K.Let, K.Assign)):
+            stack.append(x.expr)
+        elif isinstance(x, K.Declare):
+            stack.append(x.init)
+        elif isinstance(x, K.Store):
+            stack.append(x.value)
+        elif isinstance(x, (K.Unary, K.Binary)):
+            count += x.op in ("exp", "log", "tanh", "sigmoid", "pow")
+            stack.extend(children(x))
+        elif isinstance(x, (K.Where, K.Cast)):
+            stack.extend(children(x))
+    return count
+
+
 def children(e) -> tuple:
     if isinstance(e, K.Unary) or isinstance(e, K.Cast):
         return (e.x,)

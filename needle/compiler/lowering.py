@@ -21,7 +21,8 @@ from ..codegen import kernel_ir as K
 from ..dtypes import itemsize
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
-from .kernel_exprs import coefficient, contains, costly, hoist, is_float, loads, power, replace, select, unravel
+from .kernel_exprs import (coefficient, contains, costly, hoist, is_float, loads, power, replace, select,
+                           transcendentals, unravel)
 from .views import View
 
 
@@ -69,9 +70,11 @@ class Lowering:
         p = K.Param(self.param_index[slot], "float64")
         return p if dtype == "float64" else K.Cast(p, dtype)
 
-    def kernel(self, body, parallel, work: int, name: str = "", thread_work: int = 0) -> K.Kernel:
+    def kernel(self, body, parallel, work: int, name: str = "", thread_work: int = 0,
+               per_element: int = 0) -> K.Kernel:
         return K.Kernel(name or self.group.name, self.bufs, len(self.params), body, parallel, work,
-                        slots=list(self.buf_slots), params=list(self.params), thread_work=thread_work)
+                        slots=list(self.buf_slots), params=list(self.params), thread_work=thread_work,
+                        transcendentals=per_element)
 
     # ---- expressions --------------------------------------------------------------------
     def gen(self, node, index: tuple):
@@ -192,7 +195,8 @@ class Lowering:
             body.append(K.Store(out, linear(index, view.strides, view.offset), value))
         if self.tile_transposes:
             loops, body = transpose_blocks(loops, body) or (loops, body)
-        return self.kernel(*nest(loops, body), work=math.prod(shape))
+        # (every statement runs once an element: what the body computes is per element)
+        return self.kernel(*nest(loops, body), work=math.prod(shape), per_element=transcendentals(body))
 
     def reduce(self) -> K.Kernel:
         g = self.group

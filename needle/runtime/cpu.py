@@ -33,6 +33,11 @@ KERNEL_TIMER = None
 #: layer's update) took 0.93-0.94x the time in three alternating runs; the MLP,
 #: MLPResNet and ResNet9 steps did not change
 MIN_WORK_PER_THREAD = 1 << 16
+#: an exp, log, tanh, sigmoid or pow an element counts as this many more elements of
+#: work: captured at 2^14 elements, exp alone ran 0.96x and an exp chain 0.91x the time
+#: on two threads, at 2^15 0.82x and 0.77x (a plain add: 0.95x, 0.90x; kept on one
+#: thread below 2^17, where training steps' small kernels did not gain)
+TRANSCENDENTAL_WORK = 7
 #: at most this many bytes of kernel outputs are kept for reuse (see `_Spares`)
 SPARE_BYTES = 256 << 20
 #: the same for matmul kernels, whose work is counted in flops: a small GEMM (an LSTM
@@ -233,10 +238,11 @@ def _remember_address(handle, value: int) -> None:
 
 
 def _worth_threads(kernel) -> bool:
-    """Whether each of two or more threads gets enough work to pay for waking them."""
+    """Whether each of two or more threads gets enough work to pay for waking them
+    (a transcendental an element weighs as TRANSCENDENTAL_WORK elements)."""
     if kernel.thread_work:  # a matmul's kernels, by its flops
         return kernel.thread_work >= 2 * MIN_FLOPS_PER_THREAD
-    return kernel.work >= 2 * MIN_WORK_PER_THREAD
+    return kernel.work * (1 + TRANSCENDENTAL_WORK * kernel.transcendentals) >= 2 * MIN_WORK_PER_THREAD
 
 
 class _Spares:

@@ -218,3 +218,24 @@ def test_a_threaded_launch_measures_how_late_the_workers_start(monkeypatch):
     entry.run(leaves, scalars, node.device)
     assert 0.0 <= workers.lag < 10.0  # measured: seconds from the first thread's start to the last's
     assert list(workers.hot) == [(id(entry.kernels[0]), entry.totals[0])]
+
+
+def test_transcendentals_weigh_an_elementwise_kernels_work(monkeypatch):
+    """At 2^14 elements (below the 2^17 a plain kernel needs) an exp goes to two threads
+    (an exp an element counts as 1 + TRANSCENDENTAL_WORK elements), an add stays on one;
+    a reduction's kernel is weighed by its elements alone; values against numpy."""
+    monkeypatch.setattr(config, "THREADS", 2)
+    n = 1 << 14
+    assert n * (1 + cpu_runtime.TRANSCENDENTAL_WORK) >= 2 * cpu_runtime.MIN_WORK_PER_THREAD > 2 * n
+    x = np.random.uniform(-3, 3, n).astype(np.float32)
+    values, flags = run_with(monkeypatch, 2, lambda a: build.elementwise("exp", leaf(a)), x)
+    assert flags == ([2] if jit.gomp() is not None else [0])
+    np.testing.assert_allclose(values, np.exp(x.astype(np.float64)), rtol=2e-7)
+    values, flags = run_with(monkeypatch, 2, lambda a: build.elementwise("add", leaf(a), leaf(a)), x)
+    assert flags == [0]
+    np.testing.assert_array_equal(values, x + x)
+    rows = x.reshape(1024, 16)  # row sums of exp: parallel over rows, weighed by elements alone
+    values, flags = run_with(monkeypatch, 2, lambda a: build.reduce("reduce_sum", build.elementwise("exp", leaf(a)),
+                                                                    (1,)), rows)
+    assert flags == [0]
+    np.testing.assert_allclose(values.reshape(-1), np.exp(rows.astype(np.float64)).sum(1), rtol=1e-6)
