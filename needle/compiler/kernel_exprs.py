@@ -23,9 +23,13 @@ def costly(e) -> bool:
     return isinstance(e, K.Cast) and costly(e.x)
 
 
+#: the ops codegen computes by polynomials (codegen/vecmath.py; sqrt is one instruction)
+TRANSCENDENTAL = ("exp", "log", "tanh", "sigmoid", "pow")
+
+
 def transcendentals(body) -> int:
-    """How many exp, log, tanh, sigmoid and pow a kernel's statements spell out (each
-    one each time it is written): what its elements cost beyond loads and stores."""
+    """How many TRANSCENDENTAL ops a kernel's statements spell out (each one each time
+    it is written): what its elements cost beyond loads and stores."""
     count, stack = 0, list(body)
     while stack:
         x = stack.pop()
@@ -38,7 +42,7 @@ def transcendentals(body) -> int:
         elif isinstance(x, K.Store):
             stack.append(x.value)
         elif isinstance(x, (K.Unary, K.Binary)):
-            count += x.op in ("exp", "log", "tanh", "sigmoid", "pow")
+            count += x.op in TRANSCENDENTAL
             stack.extend(children(x))
         elif isinstance(x, (K.Where, K.Cast)):
             stack.extend(children(x))
