@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..codegen import kernel_ir as K
-from .kernel_exprs import children
+from .kernel_exprs import children, statement_exprs
 
 
 def hoist_offsets(kernel: K.Kernel) -> tuple:
@@ -74,7 +74,7 @@ def _visit_body(body, note) -> None:
         for s in body:
             if isinstance(s, K.Store):
                 note(s.buf, s.index, s.valid)
-            for child in _stmt_exprs(s):
+            for child in statement_exprs(s):
                 expr(child)
             if isinstance(s, (K.Loop, K.If)):
                 stmts(s.body)
@@ -88,20 +88,6 @@ def _expr_children(e) -> tuple:
     if isinstance(e, K.Shuffle):
         return (e.x,)
     return children(e)
-
-
-def _stmt_exprs(s) -> tuple:
-    if isinstance(s, K.Loop):
-        return (s.extent, s.start)
-    if isinstance(s, (K.Let, K.Assign)):
-        return (s.expr,)
-    if isinstance(s, K.Declare):
-        return (s.init,)
-    if isinstance(s, K.Store):
-        return (s.index, s.value, s.valid)
-    if isinstance(s, K.If):
-        return (s.cond,)
-    return ()
 
 
 _COMPOUND = (K.Load, K.Unary, K.Cast, K.Shuffle, K.Binary, K.Where)

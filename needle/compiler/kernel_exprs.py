@@ -30,23 +30,34 @@ TRANSCENDENTAL = ("exp", "log", "tanh", "sigmoid", "pow")
 def transcendentals(body) -> int:
     """How many TRANSCENDENTAL ops a kernel's statements spell out (each one each time
     it is written): what its elements cost beyond loads and stores."""
-    count, stack = 0, list(body)
-    while stack:
-        x = stack.pop()
-        if isinstance(x, (K.Loop, K.If)):
-            stack.extend(x.body)
-        elif isinstance(x, (K.Let, K.Assign)):
-            stack.append(x.expr)
-        elif isinstance(x, K.Declare):
-            stack.append(x.init)
-        elif isinstance(x, K.Store):
-            stack.append(x.value)
-        elif isinstance(x, (K.Unary, K.Binary)):
-            count += x.op in TRANSCENDENTAL
-            stack.extend(children(x))
-        elif isinstance(x, (K.Where, K.Cast)):
-            stack.extend(children(x))
+    statements, exprs = list(body), []
+    while statements:
+        s = statements.pop()
+        if isinstance(s, (K.Loop, K.If)):
+            statements.extend(s.body)
+        exprs.extend(statement_exprs(s))
+    count = 0
+    while exprs:
+        e = exprs.pop()
+        count += isinstance(e, (K.Unary, K.Binary)) and e.op in TRANSCENDENTAL
+        exprs.extend(children(e))
     return count
+
+
+def statement_exprs(s) -> tuple:
+    """The expressions a statement holds itself (not those of a loop's or an if's body;
+    None where an optional one is absent)."""
+    if isinstance(s, K.Loop):
+        return (s.extent, s.start)
+    if isinstance(s, (K.Let, K.Assign)):
+        return (s.expr,)
+    if isinstance(s, K.Declare):
+        return (s.init,)
+    if isinstance(s, K.Store):
+        return (s.index, s.value, s.valid)
+    if isinstance(s, K.If):
+        return (s.cond,)
+    return ()
 
 
 def children(e) -> tuple:

@@ -93,7 +93,8 @@ def _merged(terms, users, requested, new):
     side = [Node("assemble", tuple(p for p, _ in pieces), tuple(ix for _, ix in pieces), shape, dtype, device,
                  origin) for pieces, shape in ((a_pieces, (m, k)), (b_pieces, (k, n)))]
     total = Node("matmul", tuple(side), None, (m, n), dtype, device, origin)
+    merged = {id(t) for t in matmuls}
     for t in terms:
-        if not any(t is x for x in matmuls):
+        if id(t) not in merged:
             total = Node("add", (total, new.get(id(t), t)), None, total.shape, dtype, device, origin)
     return total
