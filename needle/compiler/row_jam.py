@@ -8,7 +8,12 @@ Four rows at a time read four streams in the same loops: a sum over the rows of 
 AVX2), where torch's kernel took 2.2 ms.  The loop over the rows steps by JAM_ROWS;
 each statement of its body appears JAM_ROWS times, its locals renamed per row,
 inside the same loops over the reduced axes; the rows left over at the end take a
-body of their own (fewer copies) under an `If`.
+body of their own (fewer copies) under an `If`.  In-process A/B on the Zen 2 host: sum
+over the rows of 4096 x 4096 0.77x the time, layer norm over 4096 x 1024 0.84x.
+
+Bodies that compute a transcendental are left alone: their passes are bound by the
+arithmetic (a softmax's exp), four rows of it at once only crowd the registers (a
+softmax over 4096 x 1024 ran 1.05-1.1x the time jammed).
 """
 from __future__ import annotations
 
