@@ -19,7 +19,7 @@ from .buffer_offsets import hoist_offsets
 from .common import merge_common
 from .fusion import FusedGraph, fuse
 from .matmul_sums import merge_matmul_sums
-from .lowering import Lowering
+from .lowering import Lowering, spread_parallel
 from .view_folding import fold_views
 
 
@@ -156,7 +156,7 @@ def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target: Targe
     if g.kind == "matmul":
         return [_call(k) for k in matmul_tiling.lower(make, new_scratch, target, packed)]
     low = make()
-    return [_call(low.reduce() if g.kind == "reduce" else low.store_group())]
+    return [_call(spread_parallel(low.reduce() if g.kind == "reduce" else low.store_group()))]
 
 
 def _call(kernel) -> Call:
