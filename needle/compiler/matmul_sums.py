@@ -17,7 +17,7 @@ chain alone reads are merged, and the chain's other terms are added back.
 """
 from __future__ import annotations
 
-from ..ir.nodes import Node, toposort
+from ..ir.nodes import Node, rebuild, toposort
 
 
 def merge_matmul_sums(outputs) -> list:
@@ -39,18 +39,12 @@ def merge_matmul_sums(outputs) -> list:
             for s in n.srcs:
                 if inner(s):
                     readers[id(s)] = n
-    new = {}
-    for n in order:
+
+    def merge(n, new):
         if n.op == "add" and id(n) not in readers:
-            terms = _terms(n, readers)
-            merged = _merged(terms, users, requested, new)
-            if merged is not None:
-                new[id(n)] = merged
-                continue
-        srcs = tuple(new.get(id(s), s) for s in n.srcs)
-        if any(a is not b for a, b in zip(srcs, n.srcs)):
-            new[id(n)] = Node(n.op, srcs, n.arg, n.shape, n.dtype, n.device, n.origin)
-    return [new.get(id(o), o) for o in outputs]
+            return _merged(_terms(n, readers), users, requested, new)
+        return None
+    return rebuild(outputs, merge, order)
 
 
 def _terms(root, readers) -> list:

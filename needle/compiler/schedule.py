@@ -1,8 +1,8 @@
 """The pass pipeline: IR graph -> Schedule (kernels in order, buffers planned).
 
-sums of matmuls merged -> view folding -> common subexpressions -> fusion -> lowering
-(matmul tiling for matmul kernels) -> constant buffer offsets into pointers -> buffer
-planning.  A Schedule refers to data only through slots: leaf buffers and run-time
+sums of matmuls merged -> full reductions split (CPU) -> view folding -> common
+subexpressions -> fusion -> lowering (matmul tiling for matmul kernels) -> constant
+buffer offsets into pointers -> buffer planning.  A Schedule refers to data only through slots: leaf buffers and run-time
 scalars by their order in the graph, outputs by position, and intermediate results by
 temp buffers that are reused once dead.  So a schedule built for one graph runs any
 graph of the same structure (the schedule cache).
@@ -19,6 +19,7 @@ from .buffer_offsets import hoist_offsets
 from .common import merge_common
 from .fusion import FusedGraph, fuse
 from .matmul_sums import merge_matmul_sums
+from .split_reductions import split_reductions
 from .lowering import Lowering, spread_parallel
 from .view_folding import fold_views
 
@@ -109,7 +110,10 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
     leaves, leaf_ids, scalars, scalar_ids = (signature.leaves, signature.leaf_ids, signature.scalars,
                                              signature.scalar_ids)
     read_windows = target.name == "cpu"  # the CPU's matmuls read a conv's windows in place
-    fused = fuse(merge_common(fold_views(merge_matmul_sums(outputs), read_windows)), read_windows)
+    graph = merge_matmul_sums(outputs)
+    if target.name == "cpu":  # (the CUDA lowering splits its reductions over blocks itself)
+        graph = split_reductions(graph)
+    fused = fuse(merge_common(fold_views(graph, read_windows)), read_windows)
     slot_of_node = {}
     slot_kinds = {i: ("leaf", i) for i in range(len(leaves))}
     next_slot = len(leaves)

@@ -159,3 +159,21 @@ def toposort(outputs) -> list:
                 stack.pop()
                 order.append(node)
     return order
+
+
+def rebuild(outputs, replace, order=None) -> list:
+    """The graph of `outputs` with `replace(node, new)` applied to each node, sources
+    first (`new` maps id(old node) -> its replacement so far; None keeps the node), for
+    the compiler's rewriting passes: a node whose sources were replaced is rebuilt
+    over the new ones, the rest stay the same objects.  `order`: toposort(outputs),
+    when the caller has it."""
+    new = {}
+    for n in order if order is not None else toposort(outputs):
+        found = replace(n, new)
+        if found is not None:
+            new[id(n)] = found
+            continue
+        srcs = tuple(new.get(id(s), s) for s in n.srcs)
+        if any(a is not b for a, b in zip(srcs, n.srcs)):
+            new[id(n)] = Node(n.op, srcs, n.arg, n.shape, n.dtype, n.device, n.origin)
+    return [new.get(id(o), o) for o in outputs]

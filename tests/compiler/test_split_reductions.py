@@ -1,0 +1,85 @@
+"""Pass 0 (CPU), full reductions in two steps (compiler/split_reductions.py): a sum or
+max of a whole large array becomes partial reductions over slices of its leading
+reduced axis, run in parallel, then one over the partials.  The rewrite on small
+graphs with a known result, the graphs it leaves alone, and values (lazy and eager,
+transposed sources, fused producers and epilogues, gradients) against float64 numpy
+within the sum's error bound, n u sum |x|."""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import ops
+from needle.compiler import split_reductions as S
+from needle.compiler.schedule import plan
+from needle.engine.schedule_cache import cpu_target
+from needle.ir.nodes import toposort
+from needle.ir.printer import output_nodes
+
+CPU = ndl.cpu()
+U = 2.0 ** -24
+
+
+def tensor(x, requires_grad=False):
+    return ndl.Tensor(x, device=CPU, requires_grad=requires_grad)
+
+
+def test_a_full_sum_becomes_partial_sums_of_its_leading_axis_then_one_sum():
+    with ndl.lazy(True):
+        total = tensor(np.ones((4096, 512), np.float32)).sum()
+        (root,) = S.split_reductions(output_nodes([total]))
+        graph = [(n.op, n.shape) for n in toposort([root])]
+    assert graph == [("buffer", (4096, 512)), ("reshape", (64, 64, 512)), ("reduce_sum", (64, 1, 1)),
+                     ("reduce_sum", (1, 1, 1)), ("reshape", (1, 1)), ("reshape", ())]
+    assert [n.arg for n in toposort([root]) if n.op == "reduce_sum"] == [(1, 2), (0,)]
+    with ndl.lazy(True):
+        kernels = [c.kernel for c in plan(output_nodes([total]), cpu_target())[0].calls]
+    assert kernels[0].parallel is not None and kernels[1].parallel is None, [k.text() for k in kernels]
+
+
+def test_chunks_divide_the_axis():
+    assert [S._chunks(n) for n in (4096, 1000, 8, 97, 6, 1 << 24)] == [64, 50, 4, None, None, 64]
+
+
+def test_small_partial_and_indivisible_reductions_stay():
+    with ndl.lazy(True):
+        small = tensor(np.ones(S.SPLIT_MIN - 1, np.float32)).sum()
+        rows = tensor(np.ones((4096, 512), np.float32)).sum((1,))  # 4096 values: threads split those
+        prime = tensor(np.ones((3, 65537), np.float32)).sum()  # no axis splits in 4 or more
+        outputs = output_nodes([small, rows, prime])
+        assert S.split_reductions(outputs) == outputs
+
+
+def sum_bound(x) -> float:
+    return x.size * U * np.abs(x.astype(np.float64)).sum()
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+@pytest.mark.parametrize("shape", [(1 << 20,), (4096, 300), (7, 9000), (2, 3, 128, 100)])
+def test_split_sums_and_maxima_match_numpy(lazy, shape):
+    rng = np.random.default_rng(len(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[12345] = 9.5  # the maximum, somewhere in one chunk
+    with ndl.lazy(lazy):
+        t = tensor(x)
+        total, top, mean = t.sum(), ops.max(t, tuple(range(len(shape)))), ops.mean(t)
+        got = (float(total.numpy()), float(top.numpy()), float(mean.numpy()))
+    want = x.astype(np.float64).sum()
+    assert abs(got[0] - want) <= sum_bound(x)
+    assert got[1] == 9.5
+    assert abs(got[2] - want / x.size) <= (sum_bound(x) + abs(want) * U) / x.size
+
+
+def test_a_transposed_fused_source_and_its_gradient():
+    """sum(exp(x^T) * 0.5) over a permuted view, and d/dx sum(x * x) = 2 x."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((512, 300)).astype(np.float32)
+    with ndl.lazy(True):
+        t = tensor(x, requires_grad=True)
+        value = (ops.exp(ops.transpose(t)) * 0.5).sum()
+        square = (t * t).sum()
+        square.backward()
+        got, grad = float(value.numpy()), t.grad.numpy()
+    terms = np.exp(x.astype(np.float64)) * 0.5
+    # each term's exp is within 1 ulp and its product exact: n u sum plus 2 u per term
+    assert abs(got - terms.sum()) <= (x.size + 2) * U * terms.sum()
+    np.testing.assert_array_equal(grad, 2 * x)
