@@ -4,8 +4,9 @@ sums of matmuls merged -> full reductions split (CPU) -> view folding -> common
 subexpressions -> fusion -> lowering (matmul tiling for matmul kernels) -> constant
 buffer offsets into pointers -> buffer planning.  A Schedule refers to data only
 through slots: leaf buffers and run-time scalars by their order in the graph, outputs
-by position, and intermediate results by temp buffers that are reused once dead.  So a schedule built for one graph runs any
-graph of the same structure (the schedule cache).
+by position, and intermediate results by temp buffers that are reused once dead.  So
+a schedule built for one graph runs any graph of the same structure (the schedule
+cache).
 """
 from __future__ import annotations
 
