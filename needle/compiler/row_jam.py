@@ -25,6 +25,9 @@ JAM_ROWS = 4
 #: rows of at least this many elements are jammed (shorter ones are in cache after
 #: the first pass, and their bodies would only grow the code)
 JAM_MIN_ROW = 256
+#: the loop jammed when it is the only one (so the one split across threads) keeps at
+#: least this many iterations
+MIN_PARALLEL_STEPS = 16
 
 
 class _CannotJam(Exception):
@@ -38,7 +41,7 @@ def jam_rows(loops: list, body: list, row_elements: int):
         return None
     var, n = loops[-1]
     whole, left = divmod(n, JAM_ROWS)
-    if whole == 0:
+    if whole == 0 or (len(loops) == 1 and whole < MIN_PARALLEL_STEPS):
         return None
     step = K.Var(var + "q")
     try:

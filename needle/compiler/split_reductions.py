@@ -1,10 +1,11 @@
 """Pass 0 (CPU) — full reductions in two steps: a sum or max of a whole large array
-(`x.sum()`, a loss's mean) becomes CHUNKS partial reductions over slices of its
-leading reduced axis, then the reduction of those partials.
+(`x.sum()`, a loss's mean), or of one to a few values (the column sums of a tall,
+narrow matrix), becomes CHUNKS partial reductions over slices of its leading reduced
+axis, then the reduction of those partials.
 
-A reduction to one value has no kept axis to split across threads: it was one loop
-on one thread, reading one stream of memory (the sum of a 4096 x 4096 float32 array:
-4.0 ms, torch 2.0).  With the leading axis reshaped to (CHUNKS, n / CHUNKS) the first
+A reduction to one value has no kept axis to split across threads (to a few values,
+too few to share out): it was one loop on one thread, reading one stream of memory
+(the sum of a 4096 x 4096 float32 array: 4.0 ms, torch 2.0).  With the leading axis reshaped to (CHUNKS, n / CHUNKS) the first
 reduction keeps CHUNKS values: its kernel runs them in parallel, each over contiguous
 memory; the second, over CHUNKS values, costs nothing.  The reshape only splits an
 axis, so it is a view of any layout, fused into the first kernel.  (The CUDA lowering
@@ -18,18 +19,21 @@ from __future__ import annotations
 
 from ..ir.nodes import Node, REDUCE, rebuild
 
-#: a full reduction of at least this many elements is split
+#: a reduction of at least this many elements to at most SMALL_OUTPUT values is split
 SPLIT_MIN = 1 << 16
+#: (threads cannot share out so few outputs; a column sum of a 2^20 x 4 matrix gave
+#: each of two threads two columns to walk the whole matrix for)
+SMALL_OUTPUT = 8
 #: partial reductions wanted: a multiple of any thread count up to 16 or so, and few
 #: enough for the final reduction to be negligible; fewer when the axis does not divide
 CHUNKS = 64
 
 
 def split_reductions(outputs) -> list:
-    """`outputs` with every large full reduction split in two (the same nodes when
-    there is none)."""
+    """`outputs` with every large reduction to a few values split in two (the same
+    nodes when there is none)."""
     def split(n, new):
-        if n.op not in REDUCE or n.size != 1:
+        if n.op not in REDUCE or n.size > SMALL_OUTPUT:
             return None
         src = new.get(id(n.srcs[0]), n.srcs[0])
         if src.size < SPLIT_MIN:
@@ -43,7 +47,8 @@ def split_reductions(outputs) -> list:
         split_src = Node("reshape", (src,), shape, shape, src.dtype, src.device, n.origin)
         axes = tuple(sorted({a + (a > axis) for a in n.arg if a != axis} | {axis + 1}))
         partial = Node(n.op, (split_src,), axes, tuple(1 if i in axes else s for i, s in enumerate(shape)), *wide)
-        total = Node(n.op, (partial,), (axis,), (1,) * len(shape), *wide)
+        total = Node(n.op, (partial,), (axis,), tuple(1 if i == axis else s for i, s in enumerate(partial.shape)),
+                     *wide)
         return Node("reshape", (total,), n.shape, n.shape, *wide)
     return rebuild(outputs, split)
 

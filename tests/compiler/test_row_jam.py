@@ -47,8 +47,8 @@ def test_jam_repeats_statements_inside_one_loop_and_renames_locals():
 
 
 def test_jam_rows_steps_by_four_and_takes_the_tail_under_an_if():
-    loops, body = jam_rows([("k", 10)], row_sum_body(512), 512)
-    assert loops == [("kq", 3)]
+    loops, body = jam_rows([("b", 2), ("k", 10)], row_sum_body(512), 512)
+    assert loops == [("b", 2), ("kq", 3)]
     lines = text(body).splitlines()
     assert lines[1] == "  if (kq < 2):" and "  if not((kq < 2)):" in lines
     tail = lines[lines.index("  if not((kq < 2)):") + 1:]
@@ -59,7 +59,10 @@ def test_jam_rows_steps_by_four_and_takes_the_tail_under_an_if():
 
 def test_jam_rows_leaves_alone_what_it_cannot_or_need_not_jam():
     assert jam_rows([("k", 64)], row_sum_body(row_jam.JAM_MIN_ROW - 1), row_jam.JAM_MIN_ROW - 1) is None
-    assert jam_rows([("k", 3)], row_sum_body(512), 512) is None  # not one group of four rows
+    assert jam_rows([("b", 2), ("k", 3)], row_sum_body(512), 512) is None  # not one group of four rows
+    # the only loop, so the parallel one: it keeps MIN_PARALLEL_STEPS iterations
+    assert jam_rows([("k", 4 * row_jam.MIN_PARALLEL_STEPS - 1)], row_sum_body(512), 512) is None
+    assert jam_rows([("k", 4 * row_jam.MIN_PARALLEL_STEPS)], row_sum_body(512), 512) is not None
     assert jam_rows([], row_sum_body(512), 512) is None
     ragged = [K.Loop("r", K.Var("k"), [K.Store("out", K.Var("r"), K.Const(0.0, F32))])]  # the row's extent
     assert jam_rows([("k", 64)], ragged, 512) is None

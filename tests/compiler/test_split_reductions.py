@@ -1,9 +1,9 @@
 """Pass 0 (CPU), full reductions in two steps (compiler/split_reductions.py): a sum or
-max of a whole large array becomes partial reductions over slices of its leading
-reduced axis, run in parallel, then one over the partials.  The rewrite on small
-graphs with a known result, the graphs it leaves alone, and values (lazy and eager,
-transposed sources, fused producers and epilogues, gradients) against float64 numpy
-within the sum's error bound, n u sum |x|."""
+max of a whole large array (or to a few values) becomes partial reductions over
+slices of its leading reduced axis, run in parallel, then one over the partials.
+The rewrite on small graphs with a known result, the graphs it leaves alone, and
+values (lazy and eager, transposed sources, fused producers and epilogues, gradients)
+against float64 numpy within the sum's error bound, n u sum |x|."""
 import numpy as np
 import pytest
 
@@ -36,6 +36,19 @@ def test_a_full_sum_becomes_partial_sums_of_its_leading_axis_then_one_sum():
     assert kernels[0].parallel is not None and kernels[1].parallel is None, [k.text() for k in kernels]
 
 
+def test_a_column_sum_of_a_tall_narrow_matrix_is_split_too():
+    """Four columns of 2^18 rows: 64 partial column sums in parallel, then their sum."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1 << 18, 4)).astype(np.float32)
+    with ndl.lazy(True):
+        cols = tensor(x).sum((0,))
+        (root,) = S.split_reductions(output_nodes([cols]))
+        assert [n.shape for n in toposort([root]) if n.op == "reduce_sum"] == [(64, 1, 4), (1, 1, 4)]
+        got = cols.numpy()
+    want = x.astype(np.float64).sum(0)
+    assert np.all(np.abs(got - want) <= x.shape[0] * U * np.abs(x.astype(np.float64)).sum(0))
+
+
 def test_chunks_divide_the_axis():
     assert [S._chunks(n) for n in (4096, 1000, 8, 97, 6, 1 << 24)] == [64, 50, 4, None, None, 64]
 
@@ -44,8 +57,9 @@ def test_small_partial_and_indivisible_reductions_stay():
     with ndl.lazy(True):
         small = tensor(np.ones(S.SPLIT_MIN - 1, np.float32)).sum()
         rows = tensor(np.ones((4096, 512), np.float32)).sum((1,))  # 4096 values: threads split those
+        few = tensor(np.ones((1 << 17, S.SMALL_OUTPUT + 1), np.float32)).sum((0,))
         prime = tensor(np.ones((3, 65537), np.float32)).sum()  # no axis splits in 4 or more
-        outputs = output_nodes([small, rows, prime])
+        outputs = output_nodes([small, rows, few, prime])
         assert S.split_reductions(outputs) == outputs
 
 
