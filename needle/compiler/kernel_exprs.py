@@ -141,6 +141,29 @@ def _rebuilt(e, new: tuple):
     return K.Cast(new[0], e.dtype)
 
 
+def substitute(e, values: dict, renamed: dict, memo: dict):
+    """e with the variables named in `values` replaced by their expressions and the
+    locals in `renamed` (scalars, local arrays) by their new names; shared
+    subexpressions stay shared (`memo`, by identity, for one substitution).  ValueError
+    for an expression it does not know."""
+    found = memo.get(id(e))
+    if found is not None:
+        return found[1]
+    if isinstance(e, K.Var):
+        new = values[e.name] if e.name in values else K.Var(renamed[e.name], e.dtype) if e.name in renamed else e
+    elif isinstance(e, K.Load):
+        new = K.Load(renamed.get(e.buf, e.buf), substitute(e.index, values, renamed, memo), e.dtype,
+                     None if e.valid is None else substitute(e.valid, values, renamed, memo))
+    elif isinstance(e, (K.Unary, K.Cast, K.Binary, K.Where)):
+        new = _rebuilt(e, tuple(substitute(c, values, renamed, memo) for c in children(e)))
+    elif isinstance(e, (K.Const, K.Param)):
+        new = e
+    else:
+        raise ValueError(f"substitute: {type(e).__name__}")
+    memo[id(e)] = (e, new)  # (e kept alive: its id stays its own)
+    return new
+
+
 def contains(e, part) -> bool:
     return e is part or any(contains(c, part) for c in children(e))
 

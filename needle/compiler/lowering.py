@@ -21,6 +21,7 @@ from ..codegen import kernel_ir as K
 from ..dtypes import itemsize
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
+from .loop_collapse import collapse_loops
 from .row_jam import jam_rows
 from .kernel_exprs import (coefficient, contains, costly, hoist, is_float, loads, power, replace, select,
                            transcendentals, unravel)
@@ -215,7 +216,7 @@ class Lowering:
         if id(g.root) not in self.accs and not g.epilogue():
             body[last_pass:], result = self._store_while_summing(body[last_pass:], index, red)
         body += self.store_root(index, kept, lambda s: s, over_reduced, result)
-        loops = self._memory_order(kept)
+        loops, body = self._memory_order(kept), collapse_loops(body)
         loops, body = jam_rows(loops, body, math.prod(n for _, n in red)) or (loops, body)
         return self.kernel(*nest(loops, body), work=math.prod(g.domain))
 

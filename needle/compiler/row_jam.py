@@ -18,7 +18,7 @@ softmax over 4096 x 1024 ran 1.05-1.1x the time jammed).
 from __future__ import annotations
 
 from ..codegen import kernel_ir as K
-from .kernel_exprs import children, transcendentals, uses
+from .kernel_exprs import substitute, transcendentals, uses
 
 #: rows reduced together
 JAM_ROWS = 4
@@ -106,7 +106,10 @@ def _declared(body) -> set:
 def _copy(s, var: str, row, renamed: dict, memo: dict):
     """Statement `s` of the copy whose `var` is `row` and whose locals are `renamed`."""
     def sub(e):
-        return substitute(e, var, row, renamed, memo)
+        try:
+            return substitute(e, {var: row}, renamed, memo)
+        except ValueError as unknown:
+            raise _CannotJam(str(unknown)) from None
     if isinstance(s, K.Declare):
         return K.Declare(renamed[s.var], s.dtype, sub(s.init))
     if isinstance(s, K.Let):
@@ -118,32 +121,3 @@ def _copy(s, var: str, row, renamed: dict, memo: dict):
     if isinstance(s, K.LocalArray):
         return K.LocalArray(renamed[s.name], s.dtype, s.size, s.scope)
     raise _CannotJam(type(s).__name__)
-
-
-def substitute(e, var: str, row, renamed: dict, memo: dict):
-    """e with `var` replaced by `row` and the locals in `renamed` (scalars, local
-    arrays) by their new names; shared subexpressions stay shared (`memo`, by
-    identity, for one copy)."""
-    found = memo.get(id(e))
-    if found is not None:
-        return found[1]
-    if isinstance(e, K.Var):
-        new = row if e.name == var else K.Var(renamed[e.name], e.dtype) if e.name in renamed else e
-    elif isinstance(e, K.Load):
-        new = K.Load(renamed.get(e.buf, e.buf), substitute(e.index, var, row, renamed, memo), e.dtype,
-                     None if e.valid is None else substitute(e.valid, var, row, renamed, memo))
-    elif isinstance(e, K.Unary):
-        new = K.Unary(e.op, substitute(e.x, var, row, renamed, memo), e.dtype)
-    elif isinstance(e, K.Cast):
-        new = K.Cast(substitute(e.x, var, row, renamed, memo), e.dtype)
-    elif isinstance(e, K.Binary):
-        new = K.Binary(e.op, substitute(e.a, var, row, renamed, memo), substitute(e.b, var, row, renamed, memo),
-                       e.dtype)
-    elif isinstance(e, K.Where):
-        new = K.Where(*[substitute(c, var, row, renamed, memo) for c in children(e)], e.dtype)
-    elif isinstance(e, (K.Const, K.Param)):
-        new = e
-    else:
-        raise _CannotJam(type(e).__name__)
-    memo[id(e)] = (e, new)  # (e kept alive: its id stays its own)
-    return new
