@@ -7,7 +7,6 @@ applied to the same chain of movement ops on the same data.
 import math
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
