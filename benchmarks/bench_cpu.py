@@ -247,8 +247,8 @@ def table(names, medians: dict, impls, bw: float) -> dict:
         ours = cells.get("needle")
         ratio, jit_ratio = over_best("needle"), over_best("needle-jit")
         extra = ""
-        if isinstance(ours, float) and W.WORKLOADS[name][0] in ("sum_rows", "sum_cols", "softmax", "logsoftmax",
-                                                                 "layernorm", "cross-entropy", "chain"):
+        if isinstance(ours, float) and W.WORKLOADS[name][0] in ("sum_rows", "sum_cols", "sum_all", "softmax",
+                                                                 "logsoftmax", "layernorm", "cross-entropy", "chain"):
             rate = W.bytes_touched(name) / ours
             extra = f"  needle reads {rate / 1e9:.1f} GB/s ({rate / bw:.0%} of copy)"
         print(f"{name:<27}" + "".join(f"{fmt(cells[i]):>11}" for i in impls)

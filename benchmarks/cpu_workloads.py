@@ -20,6 +20,7 @@ WORKLOADS = {
     "layernorm 4096x1024": ("layernorm", {"x": (4096, 1024)}),
     "sum over rows 4096^2": ("sum_rows", {"x": (4096, 4096)}),
     "sum over columns 4096^2": ("sum_cols", {"x": (4096, 4096)}),
+    "sum of all 4096^2": ("sum_all", {"x": (4096, 4096)}),
     "matmul 256": ("matmul", {"a": (256, 256), "b": (256, 256)}),
     "matmul 512": ("matmul", {"a": (512, 512), "b": (512, 512)}),
     "matmul 1024": ("matmul", {"a": (1024, 1024), "b": (1024, 1024)}),
@@ -123,6 +124,7 @@ def _numpy(impl, family, a):
             a["x"] - a["x"].mean(1, keepdims=True)),
         "sum_rows": lambda: a["x"].sum(1),
         "sum_cols": lambda: a["x"].sum(0),
+        "sum_all": lambda: a["x"].sum(),
         "matmul": lambda: a["a"] @ a["b"],
         "chain": lambda: np.maximum(a["x"] * a["y"] + a["z"], 0) * 0.5 + np.exp(-a["x"]),
         "exp": lambda: np.exp(a["x"]),
@@ -190,6 +192,7 @@ def _needle(impl, family, a):
         "layernorm": lambda: layernorm(t["x"]),
         "sum_rows": lambda: t["x"].sum((1,)),
         "sum_cols": lambda: t["x"].sum((0,)),
+        "sum_all": lambda: t["x"].sum(),
         "matmul": lambda: t["a"] @ t["b"],
         "chain": lambda: ops.relu(t["x"] * t["y"] + t["z"]) * 0.5 + ops.exp(-t["x"]),
         "exp": lambda: ops.exp(t["x"]),
@@ -242,6 +245,7 @@ def _torch(impl, family, a):
         "layernorm": lambda x: F.layer_norm(x, x.shape[1:], eps=1e-5),
         "sum_rows": lambda x: x.sum(1),
         "sum_cols": lambda x: x.sum(0),
+        "sum_all": lambda x: x.sum(),
         "matmul": lambda a_, b_: a_ @ b_,
         "chain": lambda x, y, z: torch.relu(x * y + z) * 0.5 + torch.exp(-x),
         "exp": torch.exp,
@@ -299,6 +303,7 @@ def _jax(impl, family, a):
             x - x.mean(1, keepdims=True)),
         "sum_rows": lambda x: x.sum(1),
         "sum_cols": lambda x: x.sum(0),
+        "sum_all": lambda x: x.sum(),
         "matmul": lambda a_, b_: a_ @ b_,
         "chain": lambda x, y, z: jnp.maximum(x * y + z, 0) * 0.5 + jnp.exp(-x),
         "exp": jnp.exp,
@@ -312,5 +317,6 @@ def _jax(impl, family, a):
 
 
 ARGS = {"cross-entropy": ("logits", "labels"), "softmax": ("x",), "logsoftmax": ("x",),
-               "layernorm": ("x",), "sum_rows": ("x",), "sum_cols": ("x",), "matmul": ("a", "b"),
+               "layernorm": ("x",), "sum_rows": ("x",), "sum_cols": ("x",), "sum_all": ("x",),
+               "matmul": ("a", "b"),
                "chain": ("x", "y", "z"), "exp": ("x",), "tanh": ("x",), "log": ("p",), "pow": ("p", "y")}
