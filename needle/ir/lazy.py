@@ -40,8 +40,8 @@ REALIZE = None
 
 def _scalar(x) -> bool:
     kind = type(x)
-    if kind is float or kind is int:  # the common cases first: the ABC check is slow
-        return True
+    if kind is float or kind is int or isinstance(x, float):  # (an optimizer's RuntimeScalar: a float)
+        return True  # the common cases first: the ABC check is slow
     return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, (bool, LazyArray, NDArray))
 
 
