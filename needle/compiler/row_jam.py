@@ -1,6 +1,6 @@
 """Unroll-and-jam of a reduction's row loop: JAM_ROWS rows reduced together.
 
-A row reduction (a sum over the last axis, a softmax, a layer norm) walked one row
+A row reduction (a sum or max over the last axis, a layer norm) walked one row
 at a time reads one stream of memory per thread, and one stream does not keep
 enough cache-line requests in flight to reach the memory's bandwidth on a long row.
 Four rows at a time read four streams in the same loops: a sum over the rows of a
@@ -67,7 +67,7 @@ def jam(body: list, var: str, rows: list) -> list:
         out = []
         for s in body:
             if isinstance(s, K.Loop):
-                if uses_any(s.extent, fixed) or uses_any(s.start, fixed):
+                if _uses(s.extent, fixed) or _uses(s.start, fixed):
                     raise _CannotJam(s.var)
                 out.append(K.Loop(s.var, s.extent, statements(s.body), s.kind, s.start))
                 continue
@@ -77,7 +77,7 @@ def jam(body: list, var: str, rows: list) -> list:
     return statements(body)
 
 
-def uses_any(e, names) -> bool:
+def _uses(e, names) -> bool:  # (an extent or start may be an int)
     return not isinstance(e, int) and uses(e, names)
 
 

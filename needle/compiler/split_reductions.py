@@ -1,15 +1,15 @@
-"""Pass 0 (CPU) — full reductions in two steps: a sum or max of a whole large array
-(`x.sum()`, a loss's mean), or of one to a few values (the column sums of a tall,
-narrow matrix), becomes CHUNKS partial reductions over slices of its leading reduced
-axis, then the reduction of those partials.
+"""Pass 0b (CPU) — full reductions in two steps: a sum or max of a whole large array
+(`x.sum()`, a loss's mean), or to a few values (the column sums of a tall, narrow
+matrix), becomes CHUNKS partial reductions over slices of its leading reduced axis,
+then the reduction of those partials.
 
 A reduction to one value has no kept axis to split across threads (to a few values,
 too few to share out): it was one loop on one thread, reading one stream of memory
-(the sum of a 4096 x 4096 float32 array: 4.0 ms, torch 2.0).  With the leading axis reshaped to (CHUNKS, n / CHUNKS) the first
-reduction keeps CHUNKS values: its kernel runs them in parallel, each over contiguous
-memory; the second, over CHUNKS values, costs nothing.  The reshape only splits an
-axis, so it is a view of any layout, fused into the first kernel.  (The CUDA lowering
-splits its reductions itself, over blocks.)
+(the sum of a 4096 x 4096 float32 array: 4.0 ms, torch 2.0).  With the leading axis
+reshaped to (CHUNKS, n / CHUNKS) the first reduction keeps CHUNKS values: its kernel
+runs them in parallel, each over contiguous memory; the second, over CHUNKS values,
+costs nothing.  The reshape only splits an axis, so it is a view of any layout, fused
+into the first kernel.  (The CUDA lowering splits its reductions itself, over blocks.)
 
 Input and output: the IR graph (outputs), before view folding; the rewritten graph
 computes the same values, a sum up to the order of its float additions (in blocks,
@@ -38,18 +38,18 @@ def split_reductions(outputs) -> list:
         src = new.get(id(n.srcs[0]), n.srcs[0])
         if src.size < SPLIT_MIN:
             return None
-        axis, chunks = next(((a, _chunks(src.shape[a])) for a in sorted(n.arg) if _chunks(src.shape[a])),
-                            (None, None))
+        splits = [(a, _chunks(src.shape[a])) for a in sorted(n.arg)]
+        axis, chunks = next(((a, c) for a, c in splits if c), (None, None))
         if axis is None:
             return None
         shape = src.shape[:axis] + (chunks, src.shape[axis] // chunks) + src.shape[axis + 1:]
-        wide = (n.dtype, n.device, n.origin)
+        like = (n.dtype, n.device, n.origin)  # (the reduction's)
         split_src = Node("reshape", (src,), shape, shape, src.dtype, src.device, n.origin)
         axes = tuple(sorted({a + (a > axis) for a in n.arg if a != axis} | {axis + 1}))
-        partial = Node(n.op, (split_src,), axes, tuple(1 if i in axes else s for i, s in enumerate(shape)), *wide)
+        partial = Node(n.op, (split_src,), axes, tuple(1 if i in axes else s for i, s in enumerate(shape)), *like)
         total = Node(n.op, (partial,), (axis,), tuple(1 if i == axis else s for i, s in enumerate(partial.shape)),
-                     *wide)
-        return Node("reshape", (total,), n.shape, n.shape, *wide)
+                     *like)
+        return Node("reshape", (total,), n.shape, n.shape, *like)
     return rebuild(outputs, split)
 
 
