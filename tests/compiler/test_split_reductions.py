@@ -49,17 +49,33 @@ def test_a_column_sum_of_a_tall_narrow_matrix_is_split_too():
     assert np.all(np.abs(got - want) <= x.shape[0] * U * np.abs(x.astype(np.float64)).sum(0))
 
 
+def test_column_sums_of_a_tall_matrix_are_split():
+    """16 columns of 2^16 rows (the column path shares out blocks of 1024 columns: these
+    were one task): 64 partial column sums in parallel, then theirs."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1 << 16, 16)).astype(np.float32)
+    with ndl.lazy(True):
+        cols = tensor(x).sum((0,))
+        (root,) = S.split_reductions(output_nodes([cols]))
+        assert [n.shape for n in toposort([root]) if n.op == "reduce_sum"] == [(64, 1, 16), (1, 1, 16)]
+        got = cols.numpy()
+    want = x.astype(np.float64).sum(0)
+    assert np.all(np.abs(got - want) <= x.shape[0] * U * np.abs(x.astype(np.float64)).sum(0))
+
+
 def test_chunks_divide_the_axis():
     assert [S._chunks(n) for n in (4096, 1000, 8, 97, 6, 1 << 24)] == [64, 50, 4, None, None, 64]
+    assert S._chunks(320, most=19) == 16  # (at most `most`: a chunk reads MIN_CHUNK elements)
 
 
 def test_small_partial_and_indivisible_reductions_stay():
     with ndl.lazy(True):
         small = tensor(np.ones(S.SPLIT_MIN - 1, np.float32)).sum()
         rows = tensor(np.ones((4096, 512), np.float32)).sum((1,))  # 4096 values: threads split those
-        few = tensor(np.ones((1 << 17, S.SMALL_OUTPUT + 1), np.float32)).sum((0,))
+        few = tensor(np.ones((S.SMALL_OUTPUT + 1, 1 << 14), np.float32)).sum((1,))  # 9 rows: shared out
+        narrow = tensor(np.ones((S.SPLIT_MIN_COLUMNS // 16 - 16, 16), np.float32)).sum((0,))  # too few rows
         prime = tensor(np.ones((3, 65537), np.float32)).sum()  # no axis splits in 4 or more
-        outputs = output_nodes([small, rows, few, prime])
+        outputs = output_nodes([small, rows, few, narrow, prime])
         assert S.split_reductions(outputs) == outputs
 
 
