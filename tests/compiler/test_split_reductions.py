@@ -1,9 +1,9 @@
 """Pass 0b (CPU), full reductions in two steps (compiler/split_reductions.py): a sum or
 max of a whole large array (or to a few values, or to the columns of a tall matrix)
 becomes partial reductions over slices of its leading reduced axis, run in parallel,
-then one over the partials.  The rewrite on small graphs with a known result, the graphs it leaves alone, and
-values (lazy and eager, transposed sources, fused producers and epilogues, gradients)
-against float64 numpy within the sum's error bound, n u sum |x|."""
+then one over the partials.  The rewrite on small graphs with a known result, the
+graphs it leaves alone, and values (lazy and eager, transposed sources, fused producers
+and epilogues, gradients) against float64 numpy within the sum's error bound, n u sum |x|."""
 import numpy as np
 import pytest
 
