@@ -296,7 +296,11 @@ class _Fusion:
     def split_nested_reductions(self) -> None:
         """A reduction whose input reads reductions over another domain (the sum of a
         logsumexp, say) gets its input stored: then the inner reductions can fuse as
-        stages of the kernel computing that input, instead of being stored apart."""
+        stages of the kernel computing that input, instead of being stored apart.  Only
+        when they can: the input's shape is an inner reduction's result or source (up
+        to ones).  A batch norm's variance, split in partial sums (split_reductions),
+        reads its mean, a reduction of the partial means: storing (x - mean)**2 for it
+        wrote and read back the whole input (100352 x 16: 482 -> 430 us without)."""
         stored, groups, reasons = self.stored, self.groups, self.reasons
         for r in self.order:
             if r.op not in REDUCE:
@@ -312,7 +316,8 @@ class _Fusion:
                     continue
                 seen.add(id(n))
                 base = n.srcs[0] if n.op == "view" else None
-                if base is not None and base.op in REDUCE and (base.srcs[0].shape, base.arg) != domain:
+                if base is not None and base.op in REDUCE and (base.srcs[0].shape, base.arg) != domain \
+                        and _squeeze(top.shape) in (_squeeze(base.shape), _squeeze(base.srcs[0].shape)):
                     stored.add(id(top))
                     groups[id(top)] = Group("elementwise", top)
                     reasons[id(top)] = "stored so that the reductions it reads fuse into its kernel " \

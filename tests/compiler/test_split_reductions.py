@@ -102,3 +102,26 @@ def test_a_transposed_fused_source_and_its_gradient():
     # each term's exp is within 1 ulp and its product exact: n u sum plus 2 u per term
     assert abs(got - terms.sum()) <= (x.size + 2) * U * terms.sum()
     np.testing.assert_array_equal(grad, 2 * x)
+
+
+def test_a_split_variance_reads_its_split_mean_without_storing_its_input():
+    """var = sum((x - mean)^2) / n over the rows of a tall matrix, both sums split: the
+    variance's partial sums compute (x - mean)^2 themselves (fusion does not store it so
+    that the mean's reductions could fuse into its kernel: they cannot, being over
+    another shape), so the plan is the two partial sums and the two totals; against
+    numpy within the bound of the two float32 sums."""
+    rng = np.random.default_rng(8)
+    rows, cols = 1 << 16, 16
+    x = (rng.standard_normal((rows, cols)) * 3 + 1).astype(np.float32)
+    with ndl.lazy(True):
+        t = tensor(x)
+        mean = ops.broadcast_to((t.sum((0,)) / rows).reshape((1, cols)), t.shape)
+        var = ((t - mean) ** 2).sum((0,)) / rows
+        names = [c.kernel.name for c in plan(output_nodes([var]), cpu_target())[0].calls]
+        got = var.numpy()
+    assert sorted(names) == ["R_64_1024_16", "R_64_1024_16", "R_64_1_16", "R_64_1_16"], names
+    x64 = x.astype(np.float64)
+    want = ((x64 - x64.mean(0)) ** 2).mean(0)
+    # the mean's error (rows u mean|x|) enters each square twice; the sum adds rows u
+    bound = 2 * rows * U * np.abs(x64).mean(0) * np.abs(x64 - x64.mean(0)).mean(0) + rows * U * want
+    assert np.all(np.abs(got - want) <= bound + 4 * U * want)
