@@ -201,6 +201,9 @@ class CompiledSchedule(ScheduleRunner):
 
 
 _GATHERED = (0, 0, 0, 0, 0)  # launch_list's arguments that gather nothing
+#: the words of a threaded kernel's data block before each thread's start time: bufs,
+#: params, total, limits, err (the layout codegen/llvm.py `_emit_omp` reads)
+OMP_ARGS = 5
 
 
 def _entries(launches, err_ptr) -> tuple:
@@ -351,12 +354,12 @@ class _Workers(threading.local):
         self.clock[0] = int(seconds * 1e9)
 
     def block(self, threads: int):
-        """The data block of a launch on `threads` threads: 5 arguments, then each
+        """The data block of a launch on `threads` threads: OMP_ARGS arguments, then each
         thread's start time.  One per thread count, reused: launches from one thread
         run one after another."""
         entry = self.blocks.get(threads)
         if entry is None:
-            data = (ctypes.c_int64 * (5 + threads))()
+            data = (ctypes.c_int64 * (OMP_ARGS + threads))()
             entry = self.blocks[threads] = (data, ctypes.addressof(data))
         return entry
 
@@ -411,12 +414,12 @@ def _launch(kernel, args: _Args, i: int, total: int, threads: int, limits) -> No
     if threads:
         data, address = workers.block(threads)
         data[0], data[1], data[2], data[3], data[4] = bufs_ptr, params_ptr, total, limits_ptr, args.err_ptr
-        ctypes.memset(address + 5 * 8, 0, 8 * threads)  # each thread writes its start time here
+        ctypes.memset(address + OMP_ARGS * 8, 0, 8 * threads)  # each thread writes its start time here
         _gomp_parallel()(kernel.omp_address, address, threads, 0)
         end = time.perf_counter()
         lag = 0.0
         if _asleep(workers, start):
-            starts = data[5:]
+            starts = data[OMP_ARGS:]
             if min(starts) > 0:  # woken now: how late the last one started
                 lag = workers.lag = max(max(starts) - starts[0], 0) * 1e-9
                 workers.retry_at = end + RETRY_AFTER
