@@ -164,6 +164,25 @@ def substitute(e, values: dict, renamed: dict, memo: dict):
     return new
 
 
+def substitute_statement(s, values: dict, renamed: dict, memo: dict):
+    """Statement `s` (not a loop or an if) with `substitute` applied to its expressions
+    and the locals it names (a declared or assigned scalar, a stored-to or declared
+    local array) renamed as in `renamed`; one that holds neither (a barrier) as it is."""
+    def sub(e):
+        return None if e is None else substitute(e, values, renamed, memo)
+    if isinstance(s, K.Declare):
+        return K.Declare(renamed.get(s.var, s.var), s.dtype, sub(s.init))
+    if isinstance(s, K.Let):
+        return K.Let(renamed.get(s.var, s.var), sub(s.expr))
+    if isinstance(s, K.Assign):
+        return K.Assign(renamed.get(s.var, s.var), sub(s.expr))
+    if isinstance(s, K.Store):
+        return K.Store(renamed.get(s.buf, s.buf), sub(s.index), sub(s.value), sub(s.valid))
+    if isinstance(s, K.LocalArray):
+        return K.LocalArray(renamed.get(s.name, s.name), s.dtype, s.size, s.scope)
+    return s
+
+
 def contains(e, part) -> bool:
     return e is part or any(contains(c, part) for c in children(e))
 

@@ -12,7 +12,7 @@ mask, a value, a bound) stays as it is.
 from __future__ import annotations
 
 from ..codegen import kernel_ir as K
-from .kernel_exprs import children, coefficient, statement_exprs, substitute, uses
+from .kernel_exprs import children, coefficient, statement_exprs, substitute, substitute_statement, uses
 
 
 def collapse_loops(body: list) -> list:
@@ -74,22 +74,12 @@ def _collapsed(outer):
 
 
 def _substituted(body, values: dict, memo: dict) -> list:
-    def sub(e):
-        return e if e is None or isinstance(e, int) else substitute(e, values, {}, memo)
     out = []
     for s in body:
         if isinstance(s, K.Loop):
             out.append(K.Loop(s.var, s.extent, _substituted(s.body, values, memo), s.kind, s.start))
         elif isinstance(s, K.If):
-            out.append(K.If(sub(s.cond), _substituted(s.body, values, memo)))
-        elif isinstance(s, K.Store):
-            out.append(K.Store(s.buf, sub(s.index), sub(s.value), sub(s.valid)))
-        elif isinstance(s, K.Assign):
-            out.append(K.Assign(s.var, sub(s.expr)))
-        elif isinstance(s, K.Let):
-            out.append(K.Let(s.var, sub(s.expr)))
-        elif isinstance(s, K.Declare):
-            out.append(K.Declare(s.var, s.dtype, sub(s.init)))
+            out.append(K.If(substitute(s.cond, values, {}, memo), _substituted(s.body, values, memo)))
         else:
-            out.append(s)
+            out.append(substitute_statement(s, values, {}, memo))
     return out

@@ -18,7 +18,7 @@ softmax over 4096 x 1024 ran 1.05-1.1x the time jammed).
 from __future__ import annotations
 
 from ..codegen import kernel_ir as K
-from .kernel_exprs import substitute, transcendentals, uses
+from .kernel_exprs import substitute_statement, transcendentals, uses
 
 #: rows reduced together
 JAM_ROWS = 4
@@ -105,19 +105,7 @@ def _declared(body) -> set:
 
 def _copy(s, var: str, row, renamed: dict, memo: dict):
     """Statement `s` of the copy whose `var` is `row` and whose locals are `renamed`."""
-    def sub(e):
-        try:
-            return substitute(e, {var: row}, renamed, memo)
-        except ValueError as unknown:
-            raise _CannotJam(str(unknown)) from None
-    if isinstance(s, K.Declare):
-        return K.Declare(renamed[s.var], s.dtype, sub(s.init))
-    if isinstance(s, K.Let):
-        return K.Let(renamed[s.var], sub(s.expr))
-    if isinstance(s, K.Assign):
-        return K.Assign(renamed[s.var], sub(s.expr))
-    if isinstance(s, K.Store):
-        return K.Store(renamed.get(s.buf, s.buf), sub(s.index), sub(s.value), None if s.valid is None else sub(s.valid))
-    if isinstance(s, K.LocalArray):
-        return K.LocalArray(renamed[s.name], s.dtype, s.size, s.scope)
-    raise _CannotJam(type(s).__name__)
+    try:
+        return substitute_statement(s, {var: row}, renamed, memo)
+    except ValueError as unknown:
+        raise _CannotJam(str(unknown)) from None
