@@ -339,6 +339,10 @@ class _Renderer(ValueHelpers, VectorLoops):
 
     # ---- expressions ----------------------------------------------------------------------
     def expr(self, e):
+        """The value of `e`, cached by the expression object's identity in the current
+        scope (a loop body, an If, an unrolled copy): an object evaluated again after a
+        store to what it loads gives the value from before the store, so a lowering reads
+        memory it has just written through a new Load (matmul_rows' updates)."""
         if isinstance(e, K.Var) and e.name in self.mutable:
             return self._e_Var(e)  # a mutable's value changes: never cached
         for scope in reversed(self.scopes):
@@ -484,5 +488,3 @@ class _Renderer(ValueHelpers, VectorLoops):
         with b.if_then(bad):
             b.store(ir.Constant(I32, bi + 1), self.err)
         return ok
-
-

@@ -38,7 +38,8 @@ import math
 from ..codegen import kernel_ir as K
 from .kernel_exprs import unravel, unravel_lets
 from .lowering import combine, domain_index, identity, linear, nest_loops, reduce_loops
-from .matmul_tiling import epilogue_stores, naive
+from .matmul_epilogue import epilogue_stores
+from .matmul_tiling import naive
 from .views import View
 
 BLOCK = 256             # threads per block for every kernel

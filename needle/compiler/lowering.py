@@ -131,7 +131,7 @@ class Lowering:
         if base is self.group.matmul and self.matmul_value is not None:
             return self.matmul_value
         # an extra root, read at this kernel's element (fusion checked; a matmul kernel's extra
-        # roots read its result through views that matmul_tiling.epilogue_stores reshapes to it)
+        # roots read its result through views that matmul_epilogue.epilogue_stores reshapes to it)
         if id(base) in self.computed:
             return self.gen(base, index)
         view = self.merged.get(id(vnode), vnode.arg)

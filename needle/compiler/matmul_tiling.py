@@ -31,8 +31,11 @@ import math
 
 from ..codegen import kernel_ir as K
 from ..dtypes import itemsize
-from .kernel_exprs import coefficient, loads, replace, unravel
+from .kernel_exprs import coefficient, loads, unravel
 from .fusion import window_operand
+from . import matmul_rows
+from .matmul_epilogue import epilogue, epilogue_stores
+from .row_jam import jam_rows
 from .lowering import Lowering, linear, mask_expr, nest
 from .views import View
 
@@ -121,8 +124,18 @@ def lower(make_lowering, new_scratch, target, packed: dict) -> list:
     low = make_lowering()
     m = low.group.matmul
     depth = m.srcs[0].shape[-1]
+    if m.dtype not in ("float32", "float64") or target.name != "cpu":
+        return [naive(low)]
+    if window_operand(m) is None:
+        if (matmul_rows.suits(m, target, lambda: not reads_in_place(make_lowering, m, m.srcs[1], False))
+                and matmul_rows.b_row(low, m) is not None):
+            return [matmul_rows.kernel(low, target)]
+        if matmul_rows.dot_products(low, m, target):
+            return [naive(low, jam=True)]
+        if matmul_rows.transposed_suits(low, m, target):
+            return [matmul_rows.kernel(low, target, transposed=True)]
     # by the total work: a stack of small matrices (attention's heads) tiles well too
-    if m.dtype not in ("float32", "float64") or math.prod(m.shape) * depth < SMALL or target.name != "cpu":
+    if math.prod(m.shape) * depth < SMALL:
         return [naive(low)]
     return Tiling(m, make_lowering, new_scratch, target, packed).kernels()
 
@@ -190,28 +203,7 @@ class Tiling:
         return ([self.pack_b()] if self.packs_b else []) + [self.macro()]
 
     def direct(self, operand, rows_first: bool) -> bool:
-        """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
-        fused computation, which every panel would repeat), no mask, (for B) contiguous
-        along its columns, and small enough to stay in cache (for B with rows close
-        enough, or few rows of A), or (for A) row-major, or affine in k and not much
-        larger (A_AFFINE_LIMIT), or (for B) reused by few rows of A (FEW_ROWS) with rows
-        close enough or apart by other than a multiple of ALIASING_BYTES."""
-        elements = math.prod(operand.shape[-2:])  # one matrix of a stack
-        small = elements <= DIRECT_LIMIT["a" if rows_first else "b"]
-        if not small and not rows_first and self.M > FEW_ROWS:
-            return False
-        i, k = K.Var("probe_i"), K.Var("probe_k")
-        value = self.make().gen(operand, self.batch_index(K.Const(0)) + ((i, k) if rows_first else (k, i)))
-        if not (isinstance(value, K.Load) and value.valid is None
-                and (rows_first or coefficient(value.index, "probe_i") == 1)):
-            return False
-        k_stride = coefficient(value.index, "probe_k")
-        if rows_first:
-            return small or k_stride == 1 or (k_stride is not None and elements <= A_AFFINE_LIMIT)
-        row_bytes = (k_stride or 0) * itemsize(self.m.dtype)
-        if small:  # unless its rows share too few cache sets and many rows of A reuse it
-            return row_bytes <= B_ROW_BYTES or self.M <= FEW_ROWS
-        return 0 < row_bytes and (row_bytes <= B_ROW_BYTES or row_bytes % ALIASING_BYTES != 0)
+        return reads_in_place(self.make, self.m, operand, rows_first)
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""
@@ -554,6 +546,31 @@ class Tiling:
         return [K.If(whole, [rows]), K.If(K.Unary("not", whole, "bool"), [guarded])]
 
 
+def reads_in_place(make, m, operand, rows_first: bool) -> bool:
+    """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
+    fused computation, which every panel would repeat), no mask, (for B) contiguous
+    along its columns, and small enough to stay in cache (for B with rows close
+    enough, or few rows of A), or (for A) row-major, or affine in k and not much
+    larger (A_AFFINE_LIMIT), or (for B) reused by few rows of A (FEW_ROWS) with rows
+    close enough or apart by other than a multiple of ALIASING_BYTES."""
+    elements = math.prod(operand.shape[-2:])  # one matrix of a stack
+    small = elements <= DIRECT_LIMIT["a" if rows_first else "b"]
+    if not small and not rows_first and m.shape[-2] > FEW_ROWS:
+        return False
+    i, k = K.Var("probe_i"), K.Var("probe_k")
+    value = make().gen(operand, tuple(K.Const(0) for _ in m.shape[:-2]) + ((i, k) if rows_first else (k, i)))
+    if not (isinstance(value, K.Load) and value.valid is None
+            and (rows_first or coefficient(value.index, "probe_i") == 1)):
+        return False
+    k_stride = coefficient(value.index, "probe_k")
+    if rows_first:
+        return small or k_stride == 1 or (k_stride is not None and elements <= A_AFFINE_LIMIT)
+    row_bytes = (k_stride or 0) * itemsize(m.dtype)
+    if small:  # unless its rows share too few cache sets and many rows of A reuse it
+        return row_bytes <= B_ROW_BYTES or m.shape[-2] <= FEW_ROWS
+    return 0 < row_bytes and (row_bytes <= B_ROW_BYTES or row_bytes % ALIASING_BYTES != 0)
+
+
 def copy_run(copy, value, valid) -> list:
     """`copy(v)` (statements storing v along a run of a window's channels) of the run's
     plain loads where the window reads inside the input, of zeros where it reads
@@ -563,70 +580,6 @@ def copy_run(copy, value, valid) -> list:
         return [copy(value)]
     return [K.If(valid, [copy(K.Load(value.buf, value.index, value.dtype))]),
             K.If(K.Unary("not", valid, "bool"), [copy(K.Const(0, value.dtype))])]
-
-
-def epilogue(low: Lowering, bt, i, j):
-    """The group's root at matmul element (batch bt, row i, column j), the matmul's
-    value read from `low.matmul_value`: the fused epilogue, or that value itself.
-    The root has the matmul's row-major layout, so it is stored at the element's
-    flat position."""
-    m, root = low.group.matmul, low.group.root
-    return low.matmul_value if root is m else low.gen(root, epilogue_index(m, root, bt, i, j))
-
-
-def epilogue_stores(low: Lowering, out: str, at, bt, i, j) -> list:
-    """After the last K step, at matmul element (bt, i, j): the group's root stored at
-    flat position `at` of `out`, then each extra root (fusion: absorb_into_matmuls;
-    contiguous, of the root's size) computed for the element at that flat position and
-    stored at `at` of its buffer, later ones reading earlier ones' values."""
-    g = low.group
-    stores, named = [K.Store(out, at, epilogue(low, bt, i, j))], []
-    index = epilogue_index(g.matmul, g.root, bt, i, j)
-    # extra roots of another shape (a conv's weight update) are computed over the root's
-    # shape: what they read is reshaped to it (fusion checked that it can be), so the
-    # loads stay affine in the vector lane
-    for v in _views_read_by(low, [n for n in g.extra if n.shape != g.root.shape]):
-        if v.shape != g.root.shape:
-            low.merged[id(v)] = v.arg.reshape(g.root.shape)
-    saved, low.direct_shape = low.direct_shape, g.root.shape
-    try:
-        for n in g.extra:
-            value = low.gen(n, index)
-            for old, var in named:
-                value = replace(value, old, var)
-            var = K.Var(f"x{len(named)}", value.dtype)
-            named.append((value, var))
-            stores += [K.Let(var.name, value), K.Store(low.buffer(low.slot_of(n), n.dtype, "out"), at, var)]
-    finally:
-        low.direct_shape = saved
-    return stores
-
-
-def _views_read_by(low: Lowering, roots) -> list:
-    """The views the kernel's expressions of `roots` read through (down to the matmul's
-    result, whose own operands are read elsewhere)."""
-    views, seen, stack = [], set(), list(roots)
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if n.op == "view":
-            views.append(n)
-        elif n is not low.group.root and (id(n) in low.computed or id(n) not in low.stored):  # computed here
-            stack.extend(n.srcs)
-    return views
-
-
-def epilogue_index(m, root, bt, i, j) -> tuple:
-    """The root's index at matmul element (batch bt, row i, column j): the root may
-    be the matmul's result reshaped (conv's (N*Ho*Wo, O) read as (N, Ho, Wo, O))."""
-    rows, cols = m.shape[-2], m.shape[-1]
-    if root.shape == m.shape:
-        return unravel(bt, m.shape[:-2]) + (i, j)
-    if root.shape and root.shape[-1] == cols:
-        return unravel(K.affine([(bt, rows), (i, 1)]), root.shape[:-1]) + (j,)
-    return unravel(K.affine([(bt, rows * cols), (i, cols), (j, 1)]), root.shape)
 
 
 def _load_strides(value) -> list:
@@ -639,8 +592,11 @@ def _load_strides(value) -> list:
     return [] if any(None in pair for pair in strides) else strides
 
 
-def naive(low: Lowering) -> K.Kernel:
-    """for batch, i, j: acc = sum_k A[b, i, k] * B[b, k, j]; C[b, i, j] = epilogue(acc)."""
+def naive(low: Lowering, jam: bool = False) -> K.Kernel:
+    """for batch, i, j: acc = sum_k A[b, i, k] * B[b, k, j]; C[b, i, j] = epilogue(acc).
+    With `jam` (dot products of contiguous runs, matmul_rows.dot_products), four
+    outputs of the innermost loop at a time (row_jam): the operand they share is
+    read once for the four."""
     g = low.group
     m = g.matmul
     a, b = m.srcs
@@ -660,4 +616,7 @@ def naive(low: Lowering) -> K.Kernel:
     body += epilogue_stores(low, out, linear(tuple(idx) + (i, j), View.contiguous(shape).strides, 0), flat_batch, i, j)
     loops = [(f"b{d}", n) for d, n in enumerate(batch) if n != 1]
     loops += [(v.name, n) for v, n in ((i, shape[-2]), (j, shape[-1])) if isinstance(v, K.Var)]
+    jammed = jam_rows(loops, body, a.shape[-1]) if jam else None
+    if jammed is not None:
+        loops, body = jammed
     return low.kernel(*nest(loops, body), work=math.prod(shape) * a.shape[-1])
