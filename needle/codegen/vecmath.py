@@ -245,17 +245,31 @@ def tanh_f32(b: ir.IRBuilder, x):
     clamped to 9.5 (tanh rounds to 1 from 9.02 on); the sign from x last.  e**(2|x|) is
     reduced with one constant: its relative error n 1.9e-9 (n <= 28) reaches the result
     times 2e / (e + 1)**2 <= 0.35 and shrinks as e**-2|x|, under 0.04 ulp; one fma less
-    an element (0.95x the time, one thread; the results 1 ulp off the same)."""
+    an element (0.95x the time, one thread; the results 1 ulp off the same).  The
+    doubling of |x| is folded into the reduction's constants and the polynomial's
+    (powers of two: the same values), and the sign is or-ed in (both branches are
+    positive): 0.94x the time again (one thread, AVX2, 2^20 floats, in-process medians).
+    Every operation of the two branches counts: both run for every vector."""
     k = _Kit.like(b, x)
     _f = k.f
     ax = k.intrinsic("llvm.fabs", x)
     z = b.fmul(ax, ax)
     small = k.fma(b.fmul(ax, z), k.poly(z, _TANH_POLY32), ax)
-    twice = b.fmul(b.select(b.fcmp_ordered(">", ax, _f(9.5)), _f(9.5), ax), _f(2.0))
-    z2, q = _exp_reduce(k, twice, one_step=True)
-    s = _pow2(k, z2, k.i(127 << 23))  # e**(2|x|) = s + s q, and e**(2|x|) + 1 one fma
+    # e**(2a) for a = min(|x|, 9.5) with the doubling folded into the reduction: n =
+    # roundeven(2a log2e), h = a - n ln2/2 (one fma), r = 2h, and e**r - 1 = r + r**2 P(r)
+    # = 2h + h**2 (4 P(2h)): the coefficients scaled by powers of two (exact)
+    a = b.select(b.fcmp_ordered(">", ax, _f(9.5)), _f(9.5), ax)
+    z2 = k.fma(a, _f(2 * _LOG2E), _f(_SHIFTER32))
+    n = b.fsub(z2, _f(_SHIFTER32))
+    h = k.fma(n, _f(-math.log(2.0) / 2), a)
+    scaled = tuple(c * 4 * 2.0 ** (len(_EXP_POLY32) - 1 - i) for i, c in enumerate(_EXP_POLY32))
+    q = k.fma(b.fmul(h, h), k.poly(h, scaled), b.fadd(h, h))
+    s = _pow2(k, z2, k.i(127 << 23))  # e**(2a) = s + s q, and e**(2a) + 1 one fma
     large = b.fsub(_f(1.0), b.fdiv(_f(2.0), k.fma(s, q, b.fadd(s, _f(1.0)))))
-    return k.intrinsic("llvm.copysign", b.select(k.lt(ax, 0.625), small, large), x)
+    # both branches are >= 0: x's sign bit is or-ed in (llvm.copysign also clears the bit)
+    t = b.select(k.lt(ax, 0.625), small, large)
+    sign = b.and_(b.bitcast(x, k.ity), k.i(-(1 << 31)))
+    return b.bitcast(b.or_(b.bitcast(t, k.ity), sign), k.fty)
 
 
 def sigmoid_f32(b: ir.IRBuilder, x):
