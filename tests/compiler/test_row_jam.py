@@ -73,6 +73,17 @@ def test_jam_rows_leaves_alone_what_it_cannot_or_need_not_jam():
     assert jam_rows([("k", 64)], body, 512) is None
 
 
+@pytest.mark.parametrize("row", [1, 10, row_jam.JAM_MAX_TRANSCENDENTAL_ROW - 1])
+def test_short_rows_with_a_transcendental_are_jammed(row):
+    """Below JAM_MAX_TRANSCENDENTAL_ROW a transcendental body is jammed at any length
+    (its scalar tails overlap), where a plain one needs JAM_MIN_ROW elements a row."""
+    body = row_sum_body(row)
+    body[1].body[0] = K.Assign("acc", K.Unary("exp", body[1].body[0].expr, F32))
+    loops, jammed = jam_rows([("k", 64)], body, row)
+    assert loops == [("kq", 16)] and "acc_3" in text(jammed)
+    assert (jam_rows([("k", 64)], row_sum_body(row), row) is None) == (row < row_jam.JAM_MIN_ROW)
+
+
 def kernel_texts(*tensors) -> list:
     return [c.kernel.text() for c in plan(output_nodes(list(tensors)), cpu_target())[0].calls]
 
@@ -83,8 +94,31 @@ def test_a_long_row_sum_is_planned_four_rows_at_a_time():
         (kernel,) = kernel_texts(x.sum((1,)))
     assert "parallel for k0q in 1025:" in kernel and "if (k0q < 1024):" in kernel and "acc0_3" in kernel
     with ndl.lazy(True):
-        (short,) = kernel_texts(ndl.Tensor(np.ones((4099, 30), np.float32), device=CPU).sum((1,)))
+        (short,) = kernel_texts(ndl.Tensor(np.ones((4099, row_jam.JAM_MIN_ROW - 1), np.float32),
+                                           device=CPU).sum((1,)))
     assert "k0q" not in short
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+@pytest.mark.parametrize("rows, n", [(256, 10), (1027, 10), (4099, 37)])
+def test_a_short_row_cross_entropy_is_jammed_and_matches_numpy(lazy, rows, n):
+    """Softmax loss over rows of 10 and 37 logits (a transcendental body under
+    JAM_MAX_TRANSCENDENTAL_ROW): planned four rows at a time, tails of 0-3 rows; the
+    loss against float64 numpy."""
+    rng = np.random.default_rng(rows)
+    z = (rng.standard_normal((rows, n)) * 3).astype(np.float32)
+    y = rng.integers(0, n, rows)
+    with ndl.lazy(lazy):
+        logits, labels = ndl.Tensor(z, device=CPU), ndl.Tensor(y, device=CPU)
+        if lazy:
+            texts = kernel_texts(nn.SoftmaxLoss()(logits, labels))
+            assert any("k0q" in t and "exp" in t for t in texts), texts
+        got = nn.SoftmaxLoss()(logits, labels).numpy()
+    z64 = z.astype(np.float64)
+    m = z64.max(1, keepdims=True)
+    want = (np.log(np.exp(z64 - m).sum(1)) + m[:, 0] - z64[np.arange(rows), y]).mean()
+    # exp and log within 1 ulp, sums of n and of `rows` terms: a few ulp of the terms' size
+    assert abs(got - want) <= 8 * (n + rows) * U * (np.abs(z64).max() + np.log(n))
 
 
 def sum_bound(x, axes):
@@ -95,7 +129,8 @@ def sum_bound(x, axes):
 
 @pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
 @pytest.mark.parametrize("shape,axes", [((4096, 300), (1,)), ((4097, 300), (1,)), ((4098, 257), (1,)),
-                                        ((4099, 512), (1,)), ((7, 3, 517), (2,)), ((2, 9, 4, 300), (2, 3))])
+                                        ((4099, 512), (1,)), ((7, 3, 517), (2,)), ((2, 9, 4, 300), (2, 3)),
+                                        ((4097, 16), (1,)), ((1001, 100), (1,))])
 def test_jammed_reductions_match_numpy(lazy, shape, axes):
     rng = np.random.default_rng(sum(shape))
     x = rng.standard_normal(shape).astype(np.float32)
@@ -114,22 +149,25 @@ def test_jammed_reductions_match_numpy(lazy, shape, axes):
     assert np.all(err <= sum_bound(x, axes).reshape(kept) + U * np.abs(want_centered) * 1.0001)
 
 
-def test_layer_norm_and_its_gradient_through_jammed_rows():
-    """LayerNorm1d over 513 rows of 384 (its mean, variance and gradient sums are row
-    reductions) against the float64 formulas; y = (x - m) / sqrt(v + eps),
+@pytest.mark.parametrize("rows, n", [(513, 384), (1027, 16), (258, 100)])
+def test_layer_norm_and_its_gradient_through_jammed_rows(rows, n):
+    """LayerNorm1d over rows of 384, 16 and 100 (its mean, variance and gradient sums are
+    row reductions) against the float64 formulas; y = (x - m) / sqrt(v + eps),
     dx = (g - mean(g) - y mean(g y)) / sqrt(v + eps) for the weight 1, bias 0."""
     rng = np.random.default_rng(3)
-    x, g = (rng.standard_normal((513, 384)).astype(np.float32) for _ in range(2))
+    x, g = (rng.standard_normal((rows, n)).astype(np.float32) for _ in range(2))
     with ndl.lazy(True):
         t = ndl.Tensor(x, device=CPU, requires_grad=True)
-        out = nn.LayerNorm1d(384, device=CPU)(t)
+        out = nn.LayerNorm1d(n, device=CPU)(t)
         out.backward(ndl.Tensor(g, device=CPU))
         got, grad = out.numpy(), t.grad.numpy()
     xd, gd = x.astype(np.float64), g.astype(np.float64)
     m, v = xd.mean(1, keepdims=True), xd.var(1, keepdims=True)
     y = (xd - m) / np.sqrt(v + 1e-5)
     dx = (gd - gd.mean(1, keepdims=True) - y * (gd * y).mean(1, keepdims=True)) / np.sqrt(v + 1e-5)
-    # each value passes through a few row sums of 384 terms: errors of order 384 u times the
-    # magnitudes summed, relative to the row's spread (|y| and |dx| are of order 1 here)
-    np.testing.assert_allclose(got, y, atol=384 * U * 8, rtol=0)
-    np.testing.assert_allclose(grad, dx, atol=384 * U * 32, rtol=0)
+    # each value passes through a few row sums of n terms: errors of order n u times the
+    # magnitudes summed, relative to the row's spread (|y| and |dx| are of order 1 here,
+    # the smallest spread of 16 normal samples above 0.3), and a few roundings of its own
+    spread = np.sqrt(v).min()
+    np.testing.assert_allclose(got, y, atol=(n + 8) * U * 8 / spread, rtol=0)
+    np.testing.assert_allclose(grad, dx, atol=(n + 8) * U * 32 / spread ** 2, rtol=0)
