@@ -54,7 +54,7 @@ def suits(m, target, b_packed) -> bool:
 def b_row(low: Lowering, m):
     """B at (batch 0, probe_k, probe_j) when it is a plain load whose columns are
     contiguous, else None."""
-    return _plain(low, m, 1, lambda k, j: (k, j), "probe_j")
+    return _plain(low, m, 1, "probe_j")
 
 
 def dot_products(low: Lowering, m, target) -> bool:
@@ -68,17 +68,16 @@ def dot_products(low: Lowering, m, target) -> bool:
     M, N = m.shape[-2], m.shape[-1]
     if not (N < lanes or M <= ROWS_ALWAYS):
         return False
-    return (_plain(low, m, 0, lambda i, k: (i, k), "probe_k") is not None
-            and _plain(low, m, 1, lambda k, j: (k, j), "probe_k") is not None)
+    return _plain(low, m, 0, "probe_k") is not None and _plain(low, m, 1, "probe_k") is not None
 
 
-def _plain(low: Lowering, m, operand: int, at, contiguous: str):
-    """Operand `operand` of `m` at batch 0 and `at(probe_k, probe_j)` (or
-    (probe_i, probe_k)) when it is a plain load contiguous along the probe
-    `contiguous`, else None."""
+def _plain(low: Lowering, m, operand: int, contiguous: str):
+    """A (operand 0) at (batch 0, probe_i, probe_k) or B (operand 1) at (batch 0,
+    probe_k, probe_j) when it is a plain load contiguous along the probe `contiguous`,
+    else None."""
     zero = tuple(K.Const(0) for _ in m.shape[:-2])
-    first, second = ("probe_i", "probe_k") if operand == 0 else ("probe_k", "probe_j")
-    value = low.gen(m.srcs[operand], zero + at(K.Var(first), K.Var(second)))
+    at = ("probe_i", "probe_k") if operand == 0 else ("probe_k", "probe_j")
+    value = low.gen(m.srcs[operand], zero + tuple(K.Var(v) for v in at))
     if isinstance(value, K.Load) and value.valid is None and coefficient(value.index, contiguous) == 1:
         return value
     return None
@@ -90,7 +89,7 @@ def transposed_suits(low: Lowering, m, target) -> bool:
     contiguous along its rows (a transposed matrix: W.T @ x)."""
     lanes = target.vector_bytes // itemsize(m.dtype)
     return (m.shape[-1] <= ROWS_ALWAYS and m.shape[-2] >= lanes
-            and _plain(low, m, 0, lambda i, k: (i, k), "probe_i") is not None)
+            and _plain(low, m, 0, "probe_i") is not None)
 
 
 def chunk_width(M: int, N: int, lanes: int, itemsize_: int, threads: int) -> int:
