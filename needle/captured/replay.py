@@ -69,6 +69,16 @@ class CapturedStep:
                        if self.result[0] == "tensor" and self.result[1][0][0] == OUTPUT and self.result[1][1] is None
                        else None)
         self.holders = self._holders(recorder, outputs, returned)
+        #: a call that is one schedule of inputs and unmoved state, returning its one
+        #: output and touching nothing else (an inference step, a benchmark's call):
+        #: per leaf (is an input, its number or the state Tensor, the state's layout),
+        #: replayed without the general walk (`_replay_simple`)
+        run = self.runs[0] if len(self.runs) == 1 else None
+        self.simple = None
+        if (type(run) is _Run and not run.scalars and not self.actions and not self.holders
+                and self.single is not None
+                and all(view is None and where[0] in (INPUT, STATE) for where, view, _ in run.leaves)):
+            self.simple = [(where[0] == INPUT, where[1], layout) for where, _, layout in run.leaves]
 
     def _state_sources(self, recorder, slots_before, roots, sources) -> None:
         """Sources of the state the call read: the Tensor read (a parameter), or what
@@ -142,6 +152,8 @@ class CapturedStep:
 
     def replay(self, arrays: list):
         """Run the captured schedules on this call's input arrays (realized NDArrays)."""
+        if self.simple is not None:
+            return self._replay_simple(arrays)
         draws = []
         for kind, what in self.actions:
             if kind == "draw":
@@ -185,6 +197,22 @@ class CapturedStep:
             s, j, requires_grad = self.single
             return Tensor.make_const(outs[s][j], requires_grad=requires_grad)
         return self._rebuild(self.result, arrays, outs, draws)
+
+    def _replay_simple(self, arrays: list):
+        """`replay` of a `simple` step: its leaves are this call's inputs and state
+        found where it was (a layout changed since the capture: STALE)."""
+        leaves = []
+        for is_input, what, layout in self.simple:
+            if is_input:
+                leaves.append(arrays[what])
+                continue
+            base = realized_array(what)
+            if _layout(base) != layout:
+                return STALE
+            leaves.append(base)
+        run = self.runs[0]
+        _, j, requires_grad = self.single
+        return Tensor.make_const(run.entry.run(leaves, (), run.device)[j], requires_grad=requires_grad)
 
     def _rebuild(self, template, arrays, outs, draws):
         kind = template[0]

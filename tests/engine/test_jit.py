@@ -334,3 +334,31 @@ def test_jitted_methods_and_callable_objects(how):
     assert_bitwise(run(plain, lambda x, y: Trainer.step.fn(plain, x, y)), run(jitted, fn))
     assert fn.replays == 3  # warm-up, a capture in train mode and one in eval mode
     assert_bitwise([p.numpy() for p in plain.model.parameters()], [p.numpy() for p in jitted.model.parameters()])
+
+
+def test_a_one_schedule_call_of_inputs_and_state_replays_by_the_short_path():
+    """f(x) = x @ w + b with w, b state: replayed without the general walk
+    (CapturedStep.simple); new input arrays, state given new values, and state given a
+    pending value (a transpose, computed when the replay reads it) all give numpy's
+    result."""
+    rng = np.random.default_rng(11)
+    w_np, b_np = rng.standard_normal((8, 5)).astype("float32"), rng.standard_normal((1, 5)).astype("float32")
+    w, b = ndl.Tensor(w_np, requires_grad=False), ndl.Tensor(b_np, requires_grad=False)
+    f = ndl.jit(lambda x: x @ w + ndl.ops.broadcast_to(b, (x.shape[0], 5)))
+    for call in range(4):
+        x_np = rng.standard_normal((3, 8)).astype("float32")
+        if call == 2:  # new values, same layout: read where they now are
+            w_np = rng.standard_normal((8, 5)).astype("float32")
+            w.data = ndl.Tensor(w_np, requires_grad=False)
+        with ndl.lazy(True):
+            got = f(ndl.Tensor(x_np, requires_grad=False)).numpy()
+        np.testing.assert_allclose(got, x_np.astype(np.float64) @ w_np + b_np, rtol=1e-5, atol=1e-5)
+    (step,) = [s for steps in f.captures.values() for s in steps]
+    assert step.simple is not None and f.replays == 2
+    b_np = rng.standard_normal((5, 1)).astype("float32").T.copy()
+    b.data = ndl.Tensor(b_np.T, requires_grad=False).transpose()  # pending until the replay reads it
+    x_np = rng.standard_normal((3, 8)).astype("float32")
+    with ndl.lazy(True):
+        got = f(ndl.Tensor(x_np, requires_grad=False)).numpy()
+    np.testing.assert_allclose(got, x_np.astype(np.float64) @ w_np + b_np, rtol=1e-5, atol=1e-5)
+    assert f.replays == 3

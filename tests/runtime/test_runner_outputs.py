@@ -225,3 +225,31 @@ def test_kept_outputs_are_bounded_and_freed_with_their_schedule(monkeypatch):
     del small, big
     drop_schedules()
     assert cpu._Spares.total == before
+
+
+def test_leaf_addresses_follow_new_arrays_between_runs():
+    """A compiled schedule run again with other leaf arrays (new ones each time, the old
+    ones freed, so that memory and ids are reused) reads the new arrays."""
+    from needle.compiler.schedule import plan, structure
+    from needle.engine import schedule_cache
+    from needle.engine.schedule_cache import cpu_target
+    from needle.ir.printer import output_nodes
+    rng = np.random.default_rng(5)
+    a_np, b_np = (rng.standard_normal((64,)).astype("float32") for _ in range(2))
+    with ndl.lazy(True):
+        a, b = ndl.Tensor(a_np, requires_grad=False), ndl.Tensor(b_np, requires_grad=False)
+        nodes = output_nodes([a * 2 + b])
+    signature = structure(nodes)
+    schedule, _ = plan(nodes, cpu_target(), signature)
+    compiled = schedule_cache.compile_schedule(schedule, cpu_target())
+    leaves = list(signature.leaves)
+    want = {id(a._cached_data): a_np, id(b._cached_data): b_np}
+    x, y = (want[id(leaf)] for leaf in leaves)  # (the leaves in the schedule's order)
+    for _ in range(2):  # the second run finds both leaves bound
+        (out,) = compiled.run(leaves, signature.scalars, ndl.cpu())
+        np.testing.assert_array_equal(out.numpy(), x * 2 + y)
+    for step in range(3):  # new arrays for the first leaf, the old ones freed each time
+        x = rng.standard_normal((64,)).astype("float32")
+        leaves[0] = ndl.Tensor(x, requires_grad=False).realize_cached_data()
+        (out,) = compiled.run(leaves, signature.scalars, ndl.cpu())
+        np.testing.assert_array_equal(out.numpy(), x * 2 + y)
