@@ -18,8 +18,8 @@ Short rows gain more: each row's horizontal folds, loop set-up and ragged tail
 the rows of 65536 x 32 0.63x.  Shorter rows without a transcendental lose (layer norm
 over 131072 x 8 1.33-1.39x, 65536 x 10 1.79x, 65536 x 12 1.44x).
 
-A body with a transcendental is jammed only below JAM_MAX_TRANSCENDENTAL_ROW, where its
-rows are short, at any length: a long row's passes are bound by the arithmetic (a
+A body with a transcendental is jammed only when its rows are shorter than
+JAM_MAX_TRANSCENDENTAL_ROW (however short): a long row's passes are bound by the arithmetic (a
 softmax's exp), four rows of it at once only crowd the registers (softmax over 4096 x
 1024 1.05-1.17x the time jammed), while short rows' scalar tails (exp and log lane by
 lane) overlap: cross-entropy over 8192 x 10 0.56x, 256 x 10 0.81x, softmax over 131072
