@@ -133,7 +133,8 @@ def kernel(low: Lowering, target, transposed: bool = False) -> K.Kernel:
         """Zero the accumulators, run K, store: the chunk's columns 0..width-1."""
         def step(ks, *row_list):  # acc[i, c] += A[i, k] B[k, j] for each row and each k of
             # ks in turn, each an fma (the renderer contracts into an add that reads a local
-            # array); two rows side by side read each load of B once
+            # array) reading acc through its own Load (it caches an expression object's value
+            # per scope, across stores); two rows side by side read each load of B once
             return [K.Store("acc", acc_at(i), K.Binary("add", K.Load("acc", acc_at(i), dtype), product(i, k), dtype))
                     for k in ks for i in row_list]
 
