@@ -18,6 +18,9 @@ captured calls: 1x1024x1024 0.11, 4x1024x1024 0.21, 1x4096x4096 0.20, 1x512x512 
 tiles); where the tiles pack B: 8x512x2048 0.29, 16x512x2048 0.46, 32x512x2048 0.67-0.70,
 32x1024x1024 0.71, 48x1024x1024 0.87, 64x1024x1024 1.13, 64x512x2048 1.02 (ROWS_MAX).
 
+A matmul too small to tile (matmul_tiling.SMALL) streams B's rows too, whatever its rows,
+from SMALL_DEPTH steps of K: the plain nest it replaces reads B down its columns.
+
 A matrix-vector product W @ x (or x @ W.T) is instead one dot product of two contiguous
 runs per element (`dot_products`), and W.T @ x this kernel on C^T = x^T W: 1024^2 on 2
 threads 322 -> 82 us, 731 -> 75 and 384 -> 72 (numpy 41-67 us).
@@ -40,15 +43,23 @@ ROWS_MAX = 48
 ACC_BYTES = 8192
 #: steps of K per pass over a chunk: four runs of B read together
 UNROLL = 4
+#: a matmul too small to tile streams B's rows from this depth on, whatever its rows
+#: (against the plain nest, captured calls: 12x32x256 0.45x the time, 40x40x40 0.50x,
+#: 48x32x64 0.47x, 60x30x60 0.46x, 32x32x32 0.70x, 6x100x50 0.73x, 64x16x64 0.97x;
+#: shallower ones lose: 16x8x700 1.08x, 256x4x64 1.18x)
+SMALL_DEPTH = 16
 
 
-def suits(m, target, b_packed) -> bool:
-    """Whether matmul `m` (A (.., M, K) @ B (.., K, N)) streams B's rows: few rows of C
-    (ROWS_ALWAYS, or ROWS_MAX where the tiling would pack B: `b_packed()`), at least one
-    SIMD vector of columns.  (B must also be contiguous along its columns: `b_row`.)"""
-    M, N = m.shape[-2], m.shape[-1]
+def suits(m, target, small: bool, b_packed) -> bool:
+    """Whether matmul `m` (A (.., M, K) @ B (.., K, N)) streams B's rows: at least one
+    SIMD vector of columns, and few rows of C (ROWS_ALWAYS, or ROWS_MAX where the tiling
+    would pack B: `b_packed()`), or too little work to tile (`small`: the plain nest's
+    dot products would read B down its columns) over at least SMALL_DEPTH steps of K.
+    (B must also be contiguous along its columns: `b_row`.)"""
+    M, N, depth = m.shape[-2], m.shape[-1], m.srcs[0].shape[-1]
     lanes = target.vector_bytes // itemsize(m.dtype)
-    return N >= lanes and (M <= ROWS_ALWAYS or (M <= ROWS_MAX and b_packed()))
+    return N >= lanes and (M <= ROWS_ALWAYS or (small and depth >= SMALL_DEPTH)
+                           or (M <= ROWS_MAX and b_packed()))
 
 
 def b_row(low: Lowering, m):

@@ -126,16 +126,17 @@ def lower(make_lowering, new_scratch, target, packed: dict) -> list:
     depth = m.srcs[0].shape[-1]
     if m.dtype not in ("float32", "float64") or target.name != "cpu":
         return [naive(low)]
+    # by the total work: a stack of small matrices (attention's heads) tiles well too
+    small = math.prod(m.shape) * depth < SMALL
     if window_operand(m) is None:
-        if (matmul_rows.suits(m, target, lambda: not reads_in_place(make_lowering, m, m.srcs[1], False))
+        if (matmul_rows.suits(m, target, small, lambda: not reads_in_place(make_lowering, m, m.srcs[1], False))
                 and matmul_rows.b_row(low, m) is not None):
             return [matmul_rows.kernel(low, target)]
         if matmul_rows.dot_products(low, m, target):
             return [naive(low, jam=True)]
         if matmul_rows.transposed_suits(low, m, target):
             return [matmul_rows.kernel(low, target, transposed=True)]
-    # by the total work: a stack of small matrices (attention's heads) tiles well too
-    if math.prod(m.shape) * depth < SMALL:
+    if small:
         return [naive(low)]
     return Tiling(m, make_lowering, new_scratch, target, packed).kernels()
 

@@ -1,8 +1,9 @@
-"""Matmuls of few rows or few columns (compiler/matmul_rows.py): which kernel each
-shape plans (the row stream, its transposed form, dot products, the register tiles),
-the chunk widths, and values against float64 numpy within the dot products' error
-bound — for AVX-512 and AVX2 code where the host runs it, lazy and eager, with fused
-epilogues, batches, ragged chunks and tails of K, and gradients."""
+"""Matmuls of few rows or few columns, or too small to tile (compiler/matmul_rows.py):
+which kernel each shape plans (the row stream, its transposed form, dot products, the
+register tiles, the plain nest), the chunk widths, and values against float64 numpy
+within the dot products' error bound — for AVX-512 and AVX2 code where the host runs it,
+lazy and eager, with fused epilogues, batches, ragged chunks and tails of K, and
+gradients."""
 import dataclasses
 
 import numpy as np
@@ -59,6 +60,9 @@ def bound(a, b, extra=0.0):
     (48, 300, 1024, "rows"),
     (64, 1024, 1024, "tiles"),   # enough rows to pay for packing B
     (16, 32, 256, "tiles"),      # a small B read in place by the tiles
+    (12, 32, 256, "rows"),       # too small to tile, deep enough (SMALL_DEPTH) to stream
+    (60, 30, 60, "rows"),
+    (16, 8, 700, "naive"),       # too small to tile and shallow: the plain nest
 ])
 def test_which_kernel_a_matmul_plans(m, k, n, path, vector_bytes):
     a, b = data(m, k), data(k, n, seed=1)
@@ -68,6 +72,7 @@ def test_which_kernel_a_matmul_plans(m, k, n, path, vector_bytes):
         assert len(names) == 1 and not names[0].startswith("PB_") and "for k4 in" in texts[0], texts
     else:
         assert "for k4 in" not in "".join(texts)
+        assert ("var acc" in texts[-1]) == (path == "naive")  # the plain nest's dot products
     assert np.all(np.abs(got - a.astype(np.float64) @ b) <= bound(a, b))
 
 
@@ -109,7 +114,7 @@ def test_chunk_widths():
 @pytest.mark.parametrize("vector_bytes", [64, 32])
 @pytest.mark.parametrize("m, k, n", [
     (1, 1, 16), (1, 7, 33), (2, 4, 100), (3, 5, 17), (4, 257, 1000), (5, 64, 96), (31, 33, 40),
-    (48, 3, 160), (2, 1023, 24),
+    (48, 3, 160), (2, 1023, 24), (40, 40, 40), (60, 17, 9),
 ])
 def test_row_stream_with_bias_and_relu_matches_numpy(m, k, n, vector_bytes):
     """relu(A @ B + b) in one kernel: ragged last chunks, K tails of 0-3 steps, odd row
