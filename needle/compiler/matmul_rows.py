@@ -58,8 +58,8 @@ def suits(m, target, small: bool, b_packed) -> bool:
     (B must also be contiguous along its columns: `b_row`.)"""
     M, N, depth = m.shape[-2], m.shape[-1], m.srcs[0].shape[-1]
     lanes = target.vector_bytes // itemsize(m.dtype)
-    return N >= lanes and (M <= ROWS_ALWAYS or (small and depth >= SMALL_DEPTH)
-                           or (M <= ROWS_MAX and b_packed()))
+    return N >= lanes and M >= 1 and (M <= ROWS_ALWAYS or (small and depth >= SMALL_DEPTH)
+                                      or (M <= ROWS_MAX and b_packed()))
 
 
 def b_row(low: Lowering, m):
@@ -77,7 +77,7 @@ def dot_products(low: Lowering, m, target) -> bool:
     for each one kept, and pack both operands."""
     lanes = target.vector_bytes // itemsize(m.dtype)
     M, N = m.shape[-2], m.shape[-1]
-    if not (N < lanes or M <= ROWS_ALWAYS):
+    if min(M, N) < 1 or not (N < lanes or M <= ROWS_ALWAYS):
         return False
     return _plain(low, m, 0, "probe_k") is not None and _plain(low, m, 1, "probe_k") is not None
 
@@ -99,7 +99,7 @@ def transposed_suits(low: Lowering, m, target) -> bool:
     columns of C (ROWS_ALWAYS), at least a SIMD vector of rows, and A a plain load
     contiguous along its rows (a transposed matrix: W.T @ x)."""
     lanes = target.vector_bytes // itemsize(m.dtype)
-    return (m.shape[-1] <= ROWS_ALWAYS and m.shape[-2] >= lanes
+    return (1 <= m.shape[-1] <= ROWS_ALWAYS and m.shape[-2] >= lanes
             and _plain(low, m, 0, "probe_i") is not None)
 
 

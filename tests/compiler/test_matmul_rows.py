@@ -159,3 +159,13 @@ def test_gradients_of_a_few_row_linear_layer(lazy, m):
     assert np.all(np.abs(dx - dz @ w.T) <= bound(dz, w.T))
     assert np.all(np.abs(dw - x.T.astype(np.float64) @ dz) <= bound(x.T, dz))
     assert np.all(np.abs(db - dz.sum(0, keepdims=True)) <= (m + 2) * EPS * np.abs(dz).sum(0, keepdims=True))
+
+
+@pytest.mark.parametrize("m, k, n", [(0, 48, 48), (3, 0, 16), (2, 16, 0), (0, 0, 0), (40, 0, 40)])
+def test_empty_products(m, k, n):
+    """Empty rows, depth or columns: the shapes numpy gives, zeros where the depth is 0."""
+    a, b = data(m, k), data(k, n, seed=1)
+    with ndl.lazy(True):
+        got = (ndl.Tensor(a) @ ndl.Tensor(b)).numpy()
+    assert got.shape == (m, n)
+    np.testing.assert_array_equal(got, np.zeros((m, n), np.float32))
