@@ -29,13 +29,14 @@ def collapse_loops(body: list) -> list:
     return out
 
 
-def _plain(loop) -> bool:
+def plain_loop(loop) -> bool:
+    """A serial loop from 0 over a constant extent."""
     return isinstance(loop, K.Loop) and loop.kind == "serial" and loop.start == 0 and isinstance(loop.extent, int)
 
 
 def _collapsed(outer):
     """The one loop that `outer` and the loop directly inside it make, or None."""
-    if not (_plain(outer) and len(outer.body) == 1 and _plain(outer.body[0])):
+    if not (plain_loop(outer) and len(outer.body) == 1 and plain_loop(outer.body[0])):
         return None
     inner = outer.body[0]
     names = {outer.var, inner.var}

@@ -21,7 +21,7 @@ from ..codegen import kernel_ir as K
 from ..dtypes import itemsize
 from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
-from .loop_collapse import collapse_loops
+from .loop_collapse import collapse_loops, plain_loop
 from .row_jam import jam_rows
 from .kernel_exprs import (coefficient, contains, costly, hoist, is_float, loads, power, replace, select,
                            transcendentals, unravel)
@@ -554,8 +554,7 @@ def spread_parallel(kernel: K.Kernel) -> K.Kernel:
             and isinstance(outer.extent, int) and outer.extent < MIN_PARALLEL_EXTENT and len(outer.body) == 1):
         return kernel
     inner = outer.body[0]
-    if not (isinstance(inner, K.Loop) and inner.kind == "serial" and inner.start == 0 and isinstance(inner.extent, int)
-            and inner.extent > 1 and any(isinstance(s, K.Loop) for s in inner.body)):
+    if not (plain_loop(inner) and inner.extent > 1 and any(isinstance(s, K.Loop) for s in inner.body)):
         return kernel
     var, extent = f"{outer.var}{inner.var}", outer.extent * inner.extent
     unravel = [K.Let(outer.var, K.idiv(K.Var(var), inner.extent)), K.Let(inner.var, K.imod(K.Var(var), inner.extent))]

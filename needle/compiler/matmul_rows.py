@@ -62,10 +62,9 @@ def suits(m, target, small: bool, b_packed) -> bool:
                                       or (M <= ROWS_MAX and b_packed()))
 
 
-def b_row(low: Lowering, m):
-    """B at (batch 0, probe_k, probe_j) when it is a plain load whose columns are
-    contiguous, else None."""
-    return _plain(low, m, 1, "probe_j")
+def b_row(low: Lowering, m) -> bool:
+    """Whether B is a plain load whose columns are contiguous (the runs streamed)."""
+    return _contiguous(low, m, 1, "probe_j")
 
 
 def dot_products(low: Lowering, m, target) -> bool:
@@ -79,19 +78,24 @@ def dot_products(low: Lowering, m, target) -> bool:
     M, N = m.shape[-2], m.shape[-1]
     if min(M, N) < 1 or not (N < lanes or M <= ROWS_ALWAYS):
         return False
-    return _plain(low, m, 0, "probe_k") is not None and _plain(low, m, 1, "probe_k") is not None
+    return _contiguous(low, m, 0, "probe_k") and _contiguous(low, m, 1, "probe_k")
 
 
-def _plain(low: Lowering, m, operand: int, contiguous: str):
+def operand_load(low: Lowering, m, operand: int):
     """A (operand 0) at (batch 0, probe_i, probe_k) or B (operand 1) at (batch 0,
-    probe_k, probe_j) when it is a plain load contiguous along the probe `contiguous`,
-    else None."""
+    probe_k, probe_j) when it is a plain load (no computation, no mask), else None:
+    what these kernels and the tiling (matmul_tiling.reads_in_place) can read from
+    the operand's buffer as it is."""
     zero = tuple(K.Const(0) for _ in m.shape[:-2])
     at = ("probe_i", "probe_k") if operand == 0 else ("probe_k", "probe_j")
     value = low.gen(m.srcs[operand], zero + tuple(K.Var(v) for v in at))
-    if isinstance(value, K.Load) and value.valid is None and coefficient(value.index, contiguous) == 1:
-        return value
-    return None
+    return value if isinstance(value, K.Load) and value.valid is None else None
+
+
+def _contiguous(low: Lowering, m, operand: int, probe: str) -> bool:
+    """Whether the operand is a plain load contiguous along the probe variable `probe`."""
+    value = operand_load(low, m, operand)
+    return value is not None and coefficient(value.index, probe) == 1
 
 
 def transposed_suits(low: Lowering, m, target) -> bool:
@@ -100,7 +104,7 @@ def transposed_suits(low: Lowering, m, target) -> bool:
     contiguous along its rows (a transposed matrix: W.T @ x)."""
     lanes = target.vector_bytes // itemsize(m.dtype)
     return (1 <= m.shape[-1] <= ROWS_ALWAYS and m.shape[-2] >= lanes
-            and _plain(low, m, 0, "probe_i") is not None)
+            and _contiguous(low, m, 0, "probe_i"))
 
 
 def chunk_width(M: int, N: int, lanes: int, itemsize_: int, threads: int) -> int:

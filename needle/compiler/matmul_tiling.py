@@ -16,7 +16,7 @@ tiled, register-blocked macro-kernel (the BLIS loop nest).
    A and one vector load of B per row and step.  The tile is added to C; after
    the last K block the epilogue (bias, activation) is applied as it is stored.
 
-A small operand, or a row-major A, is read in place instead of packed (`direct`); an A
+A small operand, or a row-major A, is read in place instead of packed (`reads_in_place`); an A
 computed from rows that lie apart in memory (relu(z + b)) is packed row-major, computed
 along K (`rows_block`).
 A conv's A, its im2col matrix of input windows, is read in place too, from the
@@ -129,8 +129,8 @@ def lower(make_lowering, new_scratch, target, packed: dict) -> list:
     # by the total work: a stack of small matrices (attention's heads) tiles well too
     small = math.prod(m.shape) * depth < SMALL
     if window_operand(m) is None:
-        if (matmul_rows.suits(m, target, small, lambda: not reads_in_place(make_lowering, m, m.srcs[1], False))
-                and matmul_rows.b_row(low, m) is not None):
+        if (matmul_rows.suits(m, target, small, lambda: not reads_in_place(make_lowering, m, False))
+                and matmul_rows.b_row(low, m)):
             return [matmul_rows.kernel(low, target)]
         if matmul_rows.dot_products(low, m, target):
             return [naive(low, jam=True)]
@@ -175,8 +175,8 @@ class Tiling:
         # A is read one element per row and step (any layout will do; rows past M are
         # clamped, their results dropped); B a SIMD vector per step, so it must be
         # contiguous along j (a ragged last panel is read with masked loads)
-        self.direct_a = self.in_place or (not (self.window or self.window_t) and self.direct(self.a, rows_first=True))
-        self.direct_b = self.direct(self.b, rows_first=False)
+        self.direct_a = self.in_place or (not (self.window or self.window_t) and reads_in_place(make_lowering, m, True))
+        self.direct_b = reads_in_place(make_lowering, m, False)
         #: A computed from rows that lie apart in memory is packed row-major, computed along
         #: K (`rows_block`), not in [kk][MR] panels gathered MR rows apart
         self.a_rows = not (self.direct_a or self.window or self.window_t) and self.BT == 1 and self.rows_apart()
@@ -202,9 +202,6 @@ class Tiling:
         """B's packing kernel (when B is packed here), then the macro-kernel, which packs
         A's panels itself (`pack_a_block`)."""
         return ([self.pack_b()] if self.packs_b else []) + [self.macro()]
-
-    def direct(self, operand, rows_first: bool) -> bool:
-        return reads_in_place(self.make, self.m, operand, rows_first)
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""
@@ -547,21 +544,19 @@ class Tiling:
         return [K.If(whole, [rows]), K.If(K.Unary("not", whole, "bool"), [guarded])]
 
 
-def reads_in_place(make, m, operand, rows_first: bool) -> bool:
-    """Whether the macro-kernel reads `operand` from its buffer: a plain load (no
+def reads_in_place(make, m, rows_first: bool) -> bool:
+    """Whether the macro-kernel reads A (`rows_first`) or B from its buffer: a plain load (no
     fused computation, which every panel would repeat), no mask, (for B) contiguous
     along its columns, and small enough to stay in cache (for B with rows close
     enough, or few rows of A), or (for A) row-major, or affine in k and not much
     larger (A_AFFINE_LIMIT), or (for B) reused by few rows of A (FEW_ROWS) with rows
     close enough or apart by other than a multiple of ALIASING_BYTES."""
-    elements = math.prod(operand.shape[-2:])  # one matrix of a stack
+    elements = math.prod(m.srcs[0 if rows_first else 1].shape[-2:])  # one matrix of a stack
     small = elements <= DIRECT_LIMIT["a" if rows_first else "b"]
     if not small and not rows_first and m.shape[-2] > FEW_ROWS:
         return False
-    i, k = K.Var("probe_i"), K.Var("probe_k")
-    value = make().gen(operand, tuple(K.Const(0) for _ in m.shape[:-2]) + ((i, k) if rows_first else (k, i)))
-    if not (isinstance(value, K.Load) and value.valid is None
-            and (rows_first or coefficient(value.index, "probe_i") == 1)):
+    value = matmul_rows.operand_load(make(), m, 0 if rows_first else 1)
+    if value is None or not (rows_first or coefficient(value.index, "probe_j") == 1):
         return False
     k_stride = coefficient(value.index, "probe_k")
     if rows_first:

@@ -53,7 +53,7 @@ class ScheduleRunner:
     # ---- hooks ------------------------------------------------------------------------------
     def take_args(self): raise NotImplementedError                      # -> (args, slots)
     def give_args(self, args) -> None: pass
-    def leaf_address(self, leaf) -> int: raise NotImplementedError
+    def leaf_address(self, leaf) -> int: raise NotImplementedError   # (for the default bind_leaves)
     def bind_leaves(self, args, slots, leaves) -> None:  # leaf i's address into slot i
         leaf_address = self.leaf_address
         for i, leaf in enumerate(leaves):
