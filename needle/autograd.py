@@ -186,6 +186,16 @@ class Value:
         value._init(None, [], 1, data, requires_grad)  # (positional: every replay's results)
         return value
 
+    def const_of(self) -> "Value":
+        """A new constant leaf on this value's data (a detach, an index or a mask cut from
+        the graph).  While needle.jit records, the read is noted as a read of this value,
+        so a replay finds the data where this value lives (state a later call may have
+        replaced) instead of freezing the capture's data as a constant."""
+        data = self._cached_data
+        if _capture.CURRENT is not None:
+            _capture.read_state(self, data)
+        return type(self).make_const(data)
+
     @classmethod
     def make_from_op(cls, op: Op, inputs: List["Value"]) -> "Value":
         """Run `op` on `inputs` (eager: compute now; lazy: record the IR now; either way
@@ -275,7 +285,7 @@ class TensorTuple(Value):
         return ops.make_tuple(*[self[i] + other[i] for i in range(len(self))])
 
     def detach(self) -> "TensorTuple":
-        return _outlives_step(TensorTuple.make_const(self._cached_data))
+        return _outlives_step(self.const_of())
 
     @property
     def device(self):
@@ -293,6 +303,8 @@ class Tensor(TensorMethods, Value):
             dtype = dtype_name(dtype) if dtype is not None else array.dtype
             if device == array.device and dtype == array.dtype:
                 cached_data = array._cached_data
+                if _capture.CURRENT is not None:  # (a read of `array`, as in const_of)
+                    _capture.read_state(array, cached_data)
             else:
                 cached_data = Tensor._array_from_numpy(array.numpy(), device=device, dtype=dtype)
         else:
@@ -337,7 +349,7 @@ class Tensor(TensorMethods, Value):
         """A new leaf sharing this tensor's data (pending or realized), cut from the graph.
         Pending data is computed with the next schedule (if the tensor is alive then), so
         a hidden state carried across truncated-BPTT segments does not drag them along."""
-        return _outlives_step(Tensor.make_const(self._cached_data))
+        return _outlives_step(self.const_of())
 
     @property
     def shape(self) -> tuple:

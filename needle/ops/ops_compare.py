@@ -57,13 +57,13 @@ def _float(t: Tensor) -> Tensor:
 
 def compare(op: str, a: Tensor, b) -> Tensor:
     """`a <op> b` for op in lt le gt ge eq ne: a constant float 0/1 tensor."""
-    a = Tensor.make_const(_float(a)._cached_data)
+    a = _float(a).const_of()
     if isinstance(b, (numbers.Number, np.generic)) and not isinstance(b, bool):
         out = Compare(op, b)(a)
     else:
         if not isinstance(b, Tensor):
             b = Tensor(np.asarray(b), device=a.device, dtype=a.dtype, requires_grad=False)
-        b = Tensor.make_const(b._cached_data)
+        b = b.const_of()
         if b.dtype != a.dtype:
             b = astype(b, a.dtype)
         out = Compare(op)(a, b)
@@ -104,11 +104,11 @@ class ArgMax(TensorOp):
 
 
 def argmax(a: Tensor, axis=None, keepdims: bool = False) -> Tensor:
-    return ArgMax(axis, keepdims)(Tensor.make_const(_float(a)._cached_data))
+    return ArgMax(axis, keepdims)(_float(a).const_of())
 
 
 def argmin(a: Tensor, axis=None, keepdims: bool = False) -> Tensor:
-    return ArgMax(axis, keepdims)(Tensor.make_const((-_float(a))._cached_data))
+    return ArgMax(axis, keepdims)((-_float(a)).const_of())
 
 
 # ---- reductions -------------------------------------------------------------------------------

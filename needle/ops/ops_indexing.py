@@ -87,7 +87,7 @@ def _index_tensor(i, device, op: str, size=None) -> Tensor:
         known = _computed_values(i)
         if known is not None:
             _check_range(op, known, size, " (a Tensor index)")
-        return Tensor.make_const(i._cached_data)
+        return i.const_of()
     arr = np.asarray(i.numpy() if hasattr(i, "numpy") else i)
     if arr.size == 0:
         arr = arr.astype(np.int64)

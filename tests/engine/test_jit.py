@@ -362,3 +362,48 @@ def test_a_one_schedule_call_of_inputs_and_state_replays_by_the_short_path():
         got = f(ndl.Tensor(x_np, requires_grad=False)).numpy()
     np.testing.assert_allclose(got, x_np.astype(np.float64) @ w_np + b_np, rtol=1e-5, atol=1e-5)
     assert f.replays == 3
+
+
+def _argmax_of(w):
+    return ndl.ops.argmax(w, 0)
+
+
+def rows(w):
+    return ndl.ops.broadcast_to(ndl.ops.reshape(w, (1, 3)), (2, 3))
+
+
+@pytest.mark.parametrize("how,reference", [
+    ("compare", lambda w, i: (w > 0).sum()),
+    ("detach", lambda w, i: (w * 2).sum()),
+    ("data", lambda w, i: (w * 2).sum()),
+    ("Tensor()", lambda w, i: (w * 3).sum()),
+    ("argmax", lambda w, i: np.argmax(w)),
+    ("index", lambda w, i: w[i].sum()),
+    ("labels", lambda w, i: -w[i].mean()),
+])
+def test_state_read_through_a_cut_from_the_graph_is_read_at_each_replay(how, reference):
+    """A comparison mask, detach, .data, Tensor(t), argmax, an index Tensor and a loss's
+    labels make a new constant leaf of another tensor's data: while capturing, that is
+    a read of the state tensor, so a replay after `w.data = ...` reads the new values
+    (the capture once froze them: the replays returned the first call's answer)."""
+    fns = {
+        "compare": lambda: (w > 0).sum(),
+        "detach": lambda: (w.detach() * 2).sum(),
+        "data": lambda: (w.data * 2).sum(),
+        "Tensor()": lambda: (ndl.Tensor(w) * 3).sum(),
+        "argmax": lambda: _argmax_of(w),
+        "index": lambda: w[idx].sum(),
+        "labels": lambda: nn.SoftmaxLoss()(rows(w), idx) - ndl.ops.logsumexp(rows(w), (1,)).sum() / 2,
+    }
+    values = [np.array([1.0, -2.0, 3.0], np.float32), np.array([-1.0, 5.0, -3.0], np.float32)]
+    indices = [np.array([0, 2]), np.array([1, 1])]
+    w = ndl.Tensor(values[0], requires_grad=False)
+    idx = ndl.Tensor(indices[0], requires_grad=False)
+    f = ndl.jit(fns[how])
+    with ndl.lazy(True):
+        for _ in range(3):
+            np.testing.assert_allclose(f().numpy(), reference(values[0], indices[0]), rtol=1e-6)
+        w.data = ndl.Tensor(values[1], requires_grad=False)
+        idx.data = ndl.Tensor(indices[1], requires_grad=False)
+        np.testing.assert_allclose(f().numpy(), reference(values[1], indices[1]), rtol=1e-6)
+    assert f.replays >= 2
