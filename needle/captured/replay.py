@@ -9,6 +9,7 @@ from __future__ import annotations
 import weakref
 
 from ..autograd import Tensor, TensorTuple
+from ..backend_ndarray.ndarray import NDArray
 from ..errors import JitError
 from ..ir.nodes import RuntimeScalar
 from ..engine import capture
@@ -28,10 +29,19 @@ def realized_array(tensor):
 class _Run:
     """One schedule of a CapturedStep: the compiled entry and how to bind it."""
 
-    __slots__ = ("entry", "device", "leaves", "scalars")
+    __slots__ = ("entry", "device", "leaves", "scalars", "fixed")
 
     def __init__(self, entry, device, leaves, scalars):
         self.entry, self.device, self.leaves, self.scalars = entry, device, leaves, scalars
+        #: the scalars as one tuple when none is read at each call: handed to every
+        #: replay as is, so the runtime gathers their values once (cpu.py `prepare`)
+        self.fixed = None if any(callable(x) for x in scalars) else tuple(scalars)
+
+    def scalars_now(self):
+        """The run-time scalars of this replay."""
+        if self.fixed is not None:
+            return self.fixed
+        return [_Value(s()) if callable(s) else s for s in self.scalars]
 
 
 class CapturedStep:
@@ -69,16 +79,16 @@ class CapturedStep:
                        if self.result[0] == "tensor" and self.result[1][0][0] == OUTPUT and self.result[1][1] is None
                        else None)
         self.holders = self._holders(recorder, outputs, returned)
-        #: a call that is one schedule of inputs and unmoved state, returning its one
-        #: output and touching nothing else (an inference step, a benchmark's call):
-        #: per leaf (is an input, its number or the state Tensor, the state's layout),
-        #: replayed without the general walk (`_replay_simple`)
+        #: a call that is one schedule of inputs, unmoved state and constants, returning
+        #: its one output and touching nothing else (an inference step, a loss, a
+        #: benchmark's call): per leaf (INPUT, STATE or CONST; the input's number, the
+        #: state Tensor or the constant array; the state's layout), replayed without the
+        #: general walk (`_replay_simple`)
         run = self.runs[0] if len(self.runs) == 1 else None
         self.simple = None
-        if (type(run) is _Run and not run.scalars and not self.actions and not self.holders
-                and self.single is not None
-                and all(view is None and where[0] in (INPUT, STATE) for where, view, _ in run.leaves)):
-            self.simple = [(where[0] == INPUT, where[1], layout) for where, _, layout in run.leaves]
+        if (type(run) is _Run and not self.actions and not self.holders and self.single is not None
+                and all(view is None and where[0] in (INPUT, STATE, CONST) for where, view, _ in run.leaves)):
+            self.simple = [(where[0], where[1], layout) for where, _, layout in run.leaves]
 
     def _state_sources(self, recorder, slots_before, roots, sources) -> None:
         """Sources of the state the call read: the Tensor read (a parameter), or what
@@ -182,8 +192,7 @@ class CapturedStep:
             if type(run) is _HostRun:
                 outs.append(run.call(leaves))
                 continue
-            scalars = [_Value(s()) if callable(s) else s for s in run.scalars] if run.scalars else run.scalars
-            outs.append(run.entry.run(leaves, scalars, run.device))
+            outs.append(run.entry.run(leaves, run.scalars_now(), run.device))
         for find, pos, (where, view, _) in self.holders:
             t = find() if callable(find) else state.in_slot(*find)
             if t is not None:
@@ -199,20 +208,24 @@ class CapturedStep:
         return self._rebuild(self.result, arrays, outs, draws)
 
     def _replay_simple(self, arrays: list):
-        """`replay` of a `simple` step: its leaves are this call's inputs and state
-        found where it was (a layout changed since the capture: STALE)."""
+        """`replay` of a `simple` step: its leaves are this call's inputs, state found
+        where it was (a layout changed since the capture: STALE) and constants."""
         leaves = []
-        for is_input, what, layout in self.simple:
-            if is_input:
+        for kind, what, layout in self.simple:
+            if kind == INPUT:
                 leaves.append(arrays[what])
-                continue
-            base = realized_array(what)
-            if _layout(base) != layout:
-                return STALE
-            leaves.append(base)
+            elif kind == CONST:
+                leaves.append(what)
+            else:
+                base = what._cached_data
+                if type(base) is not NDArray:
+                    base = realized_array(what)
+                if (base._shape, base._strides, base._offset, base._dtype) != layout:
+                    return STALE
+                leaves.append(base)
         run = self.runs[0]
         _, j, requires_grad = self.single
-        return Tensor.make_const(run.entry.run(leaves, (), run.device)[j], requires_grad=requires_grad)
+        return Tensor.make_const(run.entry.run(leaves, run.scalars_now(), run.device)[j], requires_grad=requires_grad)
 
     def _rebuild(self, template, arrays, outs, draws):
         kind = template[0]

@@ -77,13 +77,13 @@ class CompiledSchedule(ScheduleRunner):
     def output_array(self, handle, shape, dtype, device, address) -> NDArray:
         return NDArray.make(shape, device=device, handle=handle, dtype=dtype)
 
-    def acquire_temp(self, nbytes):
+    def acquire_temp(self, nbytes, args):
         return POOL.acquire(nbytes)  # (allocation, bytes)
 
-    def release_temp(self, temp) -> None:
+    def release_temp(self, temp, args) -> None:
         POOL.release(*temp)
 
-    def temp_address(self, temp) -> int:
+    def temp_address(self, temp, args) -> int:
         return int(temp[0])
 
     def prepare(self, args, scalars) -> None:

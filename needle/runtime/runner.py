@@ -62,9 +62,9 @@ class ScheduleRunner:
     def output_for(self, k: int, size: int, dtype: str, args):  # the k-th output's storage this run
         return self.new_output(size, dtype)
     def output_array(self, handle, shape, dtype: str, device, address: int) -> NDArray: raise NotImplementedError
-    def acquire_temp(self, nbytes: int): raise NotImplementedError
-    def release_temp(self, temp) -> None: raise NotImplementedError
-    def temp_address(self, temp) -> int: raise NotImplementedError
+    def acquire_temp(self, nbytes: int, args): raise NotImplementedError
+    def release_temp(self, temp, args) -> None: raise NotImplementedError
+    def temp_address(self, temp, args) -> int: raise NotImplementedError
     def bind_temps(self, args, slots, base: int) -> None:  # each temp slot: its place in the block
         for slot, offset in self.temp_slots:
             slots[slot] = base + offset
@@ -87,16 +87,16 @@ class ScheduleRunner:
                 else:  # a slot already allocated for an earlier output (views of one result)
                     handle, address, _ = owned[slot]
                 outputs.append(self.output_array(handle, shape, dtype, device, address))
-            block = self.acquire_temp(self.temp_total) if self.temp_slots else None
+            block = self.acquire_temp(self.temp_total, args) if self.temp_slots else None
             try:
                 if block is not None:
-                    self.bind_temps(args, slots, self.temp_address(block))
+                    self.bind_temps(args, slots, self.temp_address(block, args))
                 if scalars or self.bounds_check:  # (nothing to hand over otherwise)
                     self.prepare(args, scalars)
                 self._launch_every(args, leaves, owned)
             finally:
                 if block is not None:
-                    self.release_temp(block)
+                    self.release_temp(block, args)
         finally:
             self.give_args(args)
         COUNTERS["kernels_launched"] += self.n_calls  # (counters.add, without the call: every run)

@@ -407,3 +407,20 @@ def test_state_read_through_a_cut_from_the_graph_is_read_at_each_replay(how, ref
         idx.data = ndl.Tensor(indices[1], requires_grad=False)
         np.testing.assert_allclose(f().numpy(), reference(values[1], indices[1]), rtol=1e-6)
     assert f.replays >= 2
+
+
+def test_replays_of_one_schedule_with_different_constant_scalars():
+    """Two captured functions that differ only in a constant (x * 2.5 + 1, x * 3.5 + 1) share
+    one compiled schedule, its scalars handed over at launch; each replay must run with
+    its own constants, whichever of the two ran last (the runtime gathers a replay's
+    fixed scalars once, runtime/cpu.py `prepare`)."""
+    x_np = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = ndl.Tensor(x_np, requires_grad=False)
+    f2, f3 = ndl.jit(lambda: x * 2.5 + 1.0), ndl.jit(lambda: x * 3.5 + 1.0)
+    with ndl.lazy(True):
+        for _ in range(4):
+            np.testing.assert_array_equal(f2().numpy(), x_np * 2.5 + 1)
+            np.testing.assert_array_equal(f3().numpy(), x_np * 3.5 + 1)
+            np.testing.assert_array_equal(f3().numpy(), x_np * 3.5 + 1)
+    (s2,), (s3,) = [[s for steps in f.captures.values() for s in steps] for f in (f2, f3)]
+    assert s2.runs[0].entry is s3.runs[0].entry and s2.simple is not None
