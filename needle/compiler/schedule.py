@@ -113,7 +113,7 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
     read_windows = target.name == "cpu"  # the CPU's matmuls read a conv's windows in place
     graph = merge_matmul_sums(outputs)
     if target.name == "cpu":  # (the CUDA lowering splits its reductions over blocks itself)
-        graph = split_reductions(graph)
+        graph = split_reductions(graph, target.threads)
     fused = fuse(merge_common(fold_views(graph, read_windows)), read_windows)
     slot_of_node = {}
     slot_kinds = {i: ("leaf", i) for i in range(len(leaves))}

@@ -26,7 +26,7 @@ def tensor(x, requires_grad=False):
 def test_a_full_sum_becomes_partial_sums_of_its_leading_axis_then_one_sum():
     with ndl.lazy(True):
         total = tensor(np.ones((4096, 512), np.float32)).sum()
-        (root,) = S.split_reductions(output_nodes([total]))
+        (root,) = S.split_reductions(output_nodes([total]), threads=2)
         graph = [(n.op, n.shape) for n in toposort([root])]
     assert graph == [("buffer", (4096, 512)), ("reshape", (64, 64, 512)), ("reduce_sum", (64, 1, 1)),
                      ("reduce_sum", (1, 1, 1)), ("reshape", (1, 1)), ("reshape", ())]
@@ -36,17 +36,19 @@ def test_a_full_sum_becomes_partial_sums_of_its_leading_axis_then_one_sum():
     assert kernels[0].parallel is not None and kernels[1].parallel is None, [k.text() for k in kernels]
 
 
-@pytest.mark.parametrize("shape", [(1 << 18, 4), (1 << 16, 16)])
-def test_column_sums_of_a_tall_matrix_are_split(shape):
-    """A few columns of many rows (at most 8 values; or columns only, which the column
-    path shares out in blocks of 1024: one task): 64 partial column sums in parallel,
-    then theirs."""
+@pytest.mark.parametrize("shape,threads", [((1 << 18, 4), 2), ((1 << 16, 16), 4), ((1000, 1000), 2)])
+def test_column_sums_of_a_tall_matrix_are_split(shape, threads):
+    """Columns of many rows (the column path shares columns out in blocks of 1024: one
+    task): COLUMN_CHUNKS_PER_THREAD partial column sums a thread, in parallel, then
+    theirs."""
     rng = np.random.default_rng(shape[1])
     x = rng.standard_normal(shape).astype(np.float32)
+    chunks = S.COLUMN_CHUNKS_PER_THREAD * threads
     with ndl.lazy(True):
         cols = tensor(x).sum((0,))
-        (root,) = S.split_reductions(output_nodes([cols]))
-        assert [n.shape for n in toposort([root]) if n.op == "reduce_sum"] == [(64, 1, shape[1]), (1, 1, shape[1])]
+        (root,) = S.split_reductions(output_nodes([cols]), threads)
+        assert [n.shape for n in toposort([root]) if n.op == "reduce_sum"] == [(chunks, 1, shape[1]),
+                                                                                (1, 1, shape[1])]
         got = cols.numpy()
     want = x.astype(np.float64).sum(0)
     assert np.all(np.abs(got - want) <= x.shape[0] * U * np.abs(x.astype(np.float64)).sum(0))
@@ -65,7 +67,7 @@ def test_small_partial_and_indivisible_reductions_stay():
         narrow = tensor(np.ones((S.SPLIT_MIN_COLUMNS // 16 - 16, 16), np.float32)).sum((0,))  # too few rows
         prime = tensor(np.ones((3, 65537), np.float32)).sum()  # no axis splits in 4 or more
         outputs = output_nodes([small, rows, few, narrow, prime])
-        assert S.split_reductions(outputs) == outputs
+        assert S.split_reductions(outputs, threads=2) == outputs
 
 
 def sum_bound(x) -> float:
@@ -117,9 +119,11 @@ def test_a_split_variance_reads_its_split_mean_without_storing_its_input():
         t = tensor(x)
         mean = ops.broadcast_to((t.sum((0,)) / rows).reshape((1, cols)), t.shape)
         var = ((t - mean) ** 2).sum((0,)) / rows
-        names = [c.kernel.name for c in plan(output_nodes([var]), cpu_target())[0].calls]
+        target = cpu_target()
+        names = [c.kernel.name for c in plan(output_nodes([var]), target)[0].calls]
         got = var.numpy()
-    assert sorted(names) == ["R_64_1024_16", "R_64_1024_16", "R_64_1_16", "R_64_1_16"], names
+    k = S.COLUMN_CHUNKS_PER_THREAD * target.threads
+    assert sorted(names) == sorted([f"R_{k}_{rows // k}_16", f"R_{k}_1_16"] * 2), names
     x64 = x.astype(np.float64)
     want = ((x64 - x64.mean(0)) ** 2).mean(0)
     # the mean's error (rows u mean|x|) enters each square twice; the sum adds rows u
