@@ -259,6 +259,24 @@ class Kernel:
                 "needle.dump(tensor, 'kernels') or NEEDLE_DEBUG=3 prints them)"
         return print_kernel(self)
 
+    def has_short_loop(self, most: int = 32) -> bool:
+        """Whether an innermost serial loop runs a constant count of at most `most` trips
+        (a reduction over rows of 10): LLVM's unrolling of such a loop pays at any size of
+        the kernel (runtime/jit.py `level_for`)."""
+        def walk(stmts) -> tuple:  # (found, has a loop)
+            found = loops = False
+            for s in stmts:
+                if isinstance(s, Loop):
+                    inner_found, inner_loops = walk(s.body)
+                    found = found or inner_found or (
+                        not inner_loops and s.kind == "serial" and isinstance(s.extent, int) and 1 < s.extent <= most)
+                    loops = True
+                elif isinstance(s, If):
+                    inner_found, inner_loops = walk(s.body)
+                    found, loops = found or inner_found, loops or inner_loops
+            return found, loops
+        return self.body is not None and walk(self.body)[0]
+
     def release_body(self) -> None:
         """Drop the statement tree once the kernel is compiled: running it needs only
         the buffers, parameters and extents.  A cached schedule's trees are tens of

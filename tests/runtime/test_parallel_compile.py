@@ -83,6 +83,9 @@ class FakeKernel:
 
     code_text = text
 
+    def has_short_loop(self):
+        return False
+
 
 class BrokenRenderer:
     """Renders every kernel as IR that does not parse."""
@@ -109,6 +112,27 @@ def test_opt_level_is_part_of_the_cache_key(monkeypatch):
     monkeypatch.setattr(config, "OPT_LEVEL", "O3")
     keys.add(jit.kernel_key(small, target, BrokenRenderer))
     assert len(keys) == 4  # same kernel text, three levels: three keys
+
+
+def _kernels_of(tensor) -> list:
+    from needle.compiler.schedule import plan
+    from needle.ir.printer import output_nodes
+    return [c.kernel for c in plan(output_nodes([tensor]), schedule_cache.cpu_target())[0].calls]
+
+
+@pytest.mark.parametrize("rows,row,short", [(64, 10, True), (64, 32, True), (64, 33, False), (64, 4096, False)])
+def test_small_kernels_with_a_short_innermost_loop_are_unrolled(monkeypatch, rows, row, short):
+    """A row sum over rows of at most 32 is compiled at the full level however small
+    the kernel (its innermost loop is worth unrolling); an elementwise kernel, or rows
+    longer than that, at "O2-nounroll" below UNROLL_MIN_WORK."""
+    monkeypatch.setattr(config, "UNROLL_MIN_WORK", 1 << 62)
+    monkeypatch.setattr(config, "OPT_LEVEL", "O2")
+    with ndl.lazy(True):
+        x = ndl.Tensor(np.ones((rows, row), np.float32), requires_grad=False)
+        (total,) = _kernels_of(x.sum((1,)))
+        (plain,) = _kernels_of(x * 2.0 + 1.0)
+    assert total.has_short_loop() == short and not plain.has_short_loop()
+    assert jit.level_for(total) == ("O2" if short else "O2-nounroll") and jit.level_for(plain) == "O2-nounroll"
 
 
 @pytest.mark.parametrize("level", ["O2", "O3", "O2-nounroll"])
