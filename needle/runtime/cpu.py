@@ -104,6 +104,11 @@ class CompiledSchedule(ScheduleRunner):
         #: ctypes costs more than a small kernel runs), threaded ones with their team's blocks
         self.entries, self.team_blocks = _entries(self.launches, t.err_ptr)
         self.entries_ptr = self.entries.ctypes.data
+        #: `launch_all`'s block: every kernel, after filling their pointer lists from the
+        #: own tables' slots (the clock word is set at each launch: the launching thread's)
+        self.own_block = launcher.block(self.entries_ptr, self.n_calls, t.ptrs_ptr, self.slots_ptr, self.shifts_ptr,
+                                        t.table_ptr, self.slot_matrix.size, 0)
+        self.own_block_ptr = self.own_block.ctypes.data
         self.native = launcher.launch_list(_gomp_parallel_address())
         self.spares = _Spares(len(self.outputs))
 
@@ -239,24 +244,23 @@ class CompiledSchedule(ScheduleRunner):
         its team may be asleep; that one goes through `_launch`, the rest natively again."""
         if args is not self.tables:
             return False
-        native, gather, clock = self.native, self._gather(args), WORKERS.clock_address
-        i, n, entry_bytes = 0, self.n_calls, launcher.WORDS * 8
-        while True:
-            i += native(self.entries_ptr + i * entry_bytes, n - i, *gather, clock)
-            if i >= n:
-                return True
+        clock = WORKERS.clock_address
+        self.own_block[7] = clock  # (the tables are this thread's until the run ends)
+        i, n = self.native(self.own_block_ptr), self.n_calls
+        while i < n:  # a threaded kernel whose team may be asleep
             kernel, _, _, total, threads, _ = self.launches[i]
             _launch(kernel, args, i, total, threads, None)
             i += 1
-            gather = _GATHERED
-
-    def _gather(self, args) -> tuple:
-        """The native launcher's arguments that fill `args`' pointer lists from its slots."""
-        return (args.ptrs_ptr, self.slots_ptr, self.shifts_ptr, args.table_ptr, self.slot_matrix.size)
+            if i < n:
+                rest = launcher.block(self.entries_ptr + i * launcher.WORDS * 8, n - i, 0, 0, 0, 0, 0, clock)
+                i += self.native(rest.ctypes.data)
+        return True
 
     def launch(self, args, i, limits, timed):
-        if i == 0:
-            self.native(0, 0, *self._gather(args), WORKERS.clock_address)
+        if i == 0:  # fill every kernel's pointer list from `args`' slots, launching none
+            gather = launcher.block(0, 0, args.ptrs_ptr, self.slots_ptr, self.shifts_ptr, args.table_ptr,
+                                    self.slot_matrix.size, WORKERS.clock_address)
+            self.native(gather.ctypes.data)
         t0 = time.perf_counter()
         limits = np.asarray(limits, dtype=np.int64) if limits is not None else None
         _launch(self.kernels[i], args, i, self.totals[i], self.threaded[i], limits)
@@ -266,7 +270,6 @@ class CompiledSchedule(ScheduleRunner):
         return "threads" if self.threaded[i] else ""
 
 
-_GATHERED = (0, 0, 0, 0, 0)  # launch_list's arguments that gather nothing
 #: the words of a threaded kernel's data block before each thread's start time: bufs,
 #: params, total, limits, err (the layout codegen/llvm.py `_emit_omp` reads)
 OMP_ARGS = 5
