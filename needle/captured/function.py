@@ -77,6 +77,10 @@ def _tensor_args(n: int) -> tuple:
     return (("tuple", *[(INPUT, i) for i in range(n)]), ())
 
 
+#: the key of a call without arguments (what the general walk gives it)
+_NO_ARGUMENTS = (*_tensor_args(0), ())
+
+
 class JitFunction:
     """`fn` with captured steps; see the module docstring and SPEC "Captured steps"."""
 
@@ -113,25 +117,28 @@ class JitFunction:
         if capture.CURRENT is not None:  # a jitted function called inside a capture: inline it
             return self.fn(*args, **kwargs)
         self.calls += 1
-        if not kwargs and _all_tensors(args):  # f(x, y): the template without the walk
-            inputs, key = args, _tensor_args(len(args))
-        else:
-            inputs = []
-            key = (_flatten(args, inputs), _flatten(kwargs, inputs) if kwargs else ())
         if self.calls == 1:
             return self.fn(*args, **kwargs)  # warm-up: optimizers create their state
-        arrays, layouts = [], []  # (one pass: this runs on every call)
-        for t in inputs:
-            a = t._cached_data
-            if getattr(a, "is_lazy", False):
-                a = t.realize_cached_data()
-            # (a device by its name: equal names are equal devices, and a str hashes in C)
-            device = a._device.name
-            if device != "cpu" and device != "cuda":
-                return self.fn(*args, **kwargs)  # cpu_numpy runs op by op in numpy: nothing to capture
-            arrays.append(a)
-            layouts.append((a._shape, a._dtype, device, a._strides, a._offset))
-        key = (*key, tuple(layouts))
+        if not args and not kwargs:  # f(): nothing to key (a closure over its state)
+            inputs, arrays, key = (), [], _NO_ARGUMENTS
+        else:
+            if not kwargs and _all_tensors(args):  # f(x, y): the template without the walk
+                inputs, key = args, _tensor_args(len(args))
+            else:
+                inputs = []
+                key = (_flatten(args, inputs), _flatten(kwargs, inputs) if kwargs else ())
+            arrays, layouts = [], []  # (one pass: this runs on every call)
+            for t in inputs:
+                a = t._cached_data
+                if getattr(a, "is_lazy", False):
+                    a = t.realize_cached_data()
+                # (a device by its name: equal names are equal devices, and a str hashes in C)
+                device = a._device.name
+                if device != "cpu" and device != "cuda":
+                    return self.fn(*args, **kwargs)  # cpu_numpy runs op by op in numpy: nothing to capture
+                arrays.append(a)
+                layouts.append((a._shape, a._dtype, device, a._strides, a._offset))
+            key = (*key, tuple(layouts))
         for step in self.captures.get(key, ()):
             if step.matches():
                 if len(self.captures) > 1:
