@@ -31,6 +31,12 @@ from .views import View
 #: at least WINDOW_RUN channels (a window's contiguous last axis; an RGB image's 3 are
 #: packed from a stored im2col copy)
 WINDOW_RUN = 16
+#: a buffer padded to at least this many times its size (a 3x3 conv's 1-pixel border
+#: around an image of at most 20 x 20) is stored padded before a conv's matmul reads its
+#: windows: read in place, a window that reads some padding is copied, masked, to the
+#: matmul's row buffer first, and most of a small image's windows do (captured 3x3 convs,
+#: 128 -> 128 channels, 2 threads: 8 x 8 images 4.0 -> 3.5 ms, 4 x 4 4.2 -> 3.5)
+PADDED_COPY_MIN_RATIO = 1.2
 
 
 class FoldedGraph:
@@ -144,6 +150,11 @@ class _Folder:
             if self.read_windows and view.strides[-1:] != (1,) and reads_windows(view, op, arg):  # NCHW data
                 copy = self._copy(self._view_node(base, view), "stored with its channels contiguous before its "
                                                                "windows are read: the conv's matmul reads them in place")
+                return self._apply(copy, chain[k:])
+            if self.read_windows and view.mask and reads_windows(view, op, arg) and \
+                    math.prod(view.shape) >= PADDED_COPY_MIN_RATIO * math.prod(base.shape):
+                copy = self._copy(self._view_node(base, view), "stored padded before its windows are read: a small "
+                                                               "image's windows mostly read some padding")
                 return self._apply(copy, chain[k:])
             moved = move(view, op, arg)
             if moved is None:  # not expressible: store what we have, continue on the copy

@@ -8,15 +8,21 @@ import pytest
 
 import needle as ndl
 from needle import ops
-from needle.compiler import matmul_tiling
+from needle.compiler import matmul_tiling, view_folding
 from needle.compiler.schedule import plan, structure
 from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
 from needle.ir.printer import output_nodes
 
 
+PADDED_COPY_MIN_RATIO = view_folding.PADDED_COPY_MIN_RATIO
+
+
 @pytest.fixture(autouse=True)
-def lazy():
+def lazy(monkeypatch):
+    """Lazy mode; and every padded image read in place through its mask (the path these
+    tests are about), unless a test sets the ratio back."""
+    monkeypatch.setattr(view_folding, "PADDED_COPY_MIN_RATIO", float("inf"))
     with ndl.lazy():
         yield
 
@@ -58,9 +64,15 @@ CASES = [  # N, H, W, C_in, K, C_out, stride, padding
 ]
 
 
+@pytest.mark.parametrize("masked", [True, False], ids=["masked", "small-images-padded"])
 @pytest.mark.parametrize("vector_bytes", [64, 32, 16])
 @pytest.mark.parametrize("n, h, w_, c, k, o, stride, pad", CASES)
-def test_conv_reads_its_windows_in_place(vector_bytes, n, h, w_, c, k, o, stride, pad):
+def test_conv_reads_its_windows_in_place(monkeypatch, masked, vector_bytes, n, h, w_, c, k, o, stride, pad):
+    """`masked`: every image's windows read it in place through the padding's mask;
+    else (the default) small images are stored padded first (view_folding
+    PADDED_COPY_MIN_RATIO), the only copy stored."""
+    if not masked:
+        monkeypatch.setattr(view_folding, "PADDED_COPY_MIN_RATIO", PADDED_COPY_MIN_RATIO)
     host = cpu_target()
     target = host.with_vector_bytes(vector_bytes)
     if not target.can_run_on(host):
@@ -70,8 +82,13 @@ def test_conv_reads_its_windows_in_place(vector_bytes, n, h, w_, c, k, o, stride
     nodes = output_nodes([y])
     signature = structure(nodes)
     schedule, fused = plan(nodes, target, signature)
-    assert not any(n.op == "copy" and id(n) in fused.stored for n in fused.order), "an im2col copy was stored"
-    assert [c.kernel.name[0] for c in schedule.calls if not c.kernel.name.startswith("PB_")] == ["M"]
+    stored = [n.shape for n in fused.order if n.op == "copy" and id(n) in fused.stored]
+    # no im2col copy; at most the padded image, and that for a 16 x 16 image padded by 1
+    assert not masked or not stored, f"copies stored: {stored}"
+    assert all(len(s) == 4 and s[0] == n and s[3] == c and s[1] > h for s in stored), f"copies stored: {stored}"
+    if (h, w_, pad) == (16, 16, 1):  # padded to 18 x 18: 1.27 times the image
+        assert bool(stored) == (not masked), stored
+    assert [c.kernel.name[0] for c in schedule.calls if not c.kernel.name.startswith("PB_")] == ["E"] * len(stored) + ["M"]
     (out,) = schedule_cache.compile_schedule(schedule, target).run(signature.leaves, signature.scalars, ndl.cpu())
     check(out.numpy(), z, w, stride, pad)
 

@@ -243,3 +243,20 @@ def test_channels_first_data_is_stored_channels_last_before_its_windows():
     assert sorted(n.shape for n in ops_of(folded, "copy")) == [(2, 16, 16, 3, 3, 16), (2, 18, 18, 16)]
     # a target whose matmuls read no windows in place (CUDA) gathers the im2col copy directly
     assert [n.shape for n in ops_of(fold_and_check([out]), "copy")] == [(2, 16, 16, 3, 3, 16)]
+
+
+@pytest.mark.parametrize("size, channels, stored", [(8, 16, True), (20, 16, True), (32, 16, False), (8, 3, False)])
+def test_a_small_padded_image_is_stored_padded_before_its_windows(size, channels, stored):
+    """An NHWC buffer padded by one pixel and read through 3x3 windows: when padding
+    makes it at least PADDED_COPY_MIN_RATIO times larger (8 x 8: 1.56; 20 x 20: 1.21;
+    32 x 32: 1.13) and runs of channels are long enough to be read in place, the
+    padded image is stored once and the windows read it unmasked; otherwise they
+    read the buffer through the padding's mask."""
+    x = leaf(randn(2, size, size, channels))
+    padded = build.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    out = build.reshape(build.window(padded, (1, 2), (3, 3), 1), (2 * size * size, 9 * channels))
+    folded = fold_and_check([out], read_windows=True)
+    assert ((2, size + 2, size + 2, channels) in [n.shape for n in ops_of(folded, "copy")]) == stored
+    masked = {v.shape for v in ops_of(folded, "view") if v.arg.mask}
+    # stored: only the copy reads the padding's mask; else the windows themselves do
+    assert masked == ({(2, size + 2, size + 2, channels)} if stored else {(2, size, size, 3, 3, channels)})

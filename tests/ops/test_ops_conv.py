@@ -44,6 +44,9 @@ FORWARD_CASES = [
     (1, 2, 2, 2, 3, 3, 2, 1),
     (1, 2, 3, 2, 2, 3, 2, 1),
     (1, 1, 2, 2, 2, 5, 1, 2),
+    # runs of 16 channels in small padded images: stored padded before their windows are read
+    (2, 6, 6, 16, 4, 3, 1, 1),
+    (1, 5, 7, 16, 3, 3, 2, 2),
 ]
 GRAD_CASES = [
     (1, 4, 4, 2, 2, 3, 1, 0),
