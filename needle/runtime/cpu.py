@@ -112,36 +112,28 @@ class CompiledSchedule(ScheduleRunner):
         self.native = launcher.launch_list(_gomp_parallel_address())
         self.spares = _Spares(len(self.outputs))
 
-    # ---- the common run, its hooks inlined -----------------------------------------------
+    # ---- the common run, straight through ------------------------------------------------
     def run(self, leaves, scalars, device) -> list:
         """`ScheduleRunner.run` for the run a replay or a training loop makes again and
         again: on the schedule's own tables, untimed, unchecked, its temps kept with the
-        tables (or none), its scalars gathered already (or none), each output in a slot
-        of its own.  The same steps with the hooks written out: a captured loss over
-        256 x 10 logits 16.4 -> 13 us a replay (kernels 8.7).  Any other run takes the
-        general loop."""
+        tables (or none), each output in a slot of its own.  The same steps without the
+        general loop's tests and hook calls (tables, temps, the timer): a captured loss
+        over 256 x 10 logits 16.4 -> 13 us a replay (kernels 8.7).  Any other run takes
+        the general loop."""
         args = self.tables
-        if (self.general_only or KERNEL_TIMER is not None or (scalars and scalars is not args.prepared)
-                or (self.temp_slots and args.kept_temp is None) or config.DEBUG >= 2
-                or not self.tables_free.acquire(False)):
+        if (self.general_only or KERNEL_TIMER is not None or (self.temp_slots and args.kept_temp is None)
+                or config.DEBUG >= 2 or not self.tables_free.acquire(False)):
             return super().run(leaves, scalars, device)
         try:
+            if scalars and scalars is not args.prepared:
+                self.prepare(args, scalars)
             slots = args.ptrs
-            for i, leaf in enumerate(leaves):
-                handle = leaf._handle
-                try:
-                    base = handle._needle_address
-                except AttributeError:
-                    base = address(handle)
-                slots[i] = base + leaf._offset * handle.itemsize
+            self.bind_leaves(args, slots, leaves)
             outputs = []
             for k, (slot, shape, dtype, size, _) in enumerate(self.outputs):
                 handle, found = self.spares.take(k, self, size, dtype) if size else self.new_output(size, dtype)
                 slots[slot] = found
-                array = NDArray.__new__(NDArray)
-                array._shape, array._strides, array._offset = shape, self.output_strides[shape], 0
-                array._device, array._handle, array._dtype, array._np = device, handle, dtype, None
-                outputs.append(array)
+                outputs.append(self.output_array(handle, shape, dtype, device, found))
             self.launch_all(args)
         finally:
             self.tables_free.release()
