@@ -260,16 +260,19 @@ class Kernel:
         return print_kernel(self)
 
     def has_short_loop(self, most: int = 32) -> bool:
-        """Whether an innermost serial loop runs a constant count of at most `most` trips
-        (a reduction over rows of 10): LLVM's unrolling of such a loop pays at any size of
-        the kernel (runtime/jit.py `level_for`)."""
+        """Whether an innermost serial loop of at most `most` constant trips only folds
+        values into accumulators (a reduction over rows of 10, four rows jammed at most):
+        LLVM's unrolling of such a loop pays at any size of the kernel (runtime/jit.py
+        `level_for`), where unrolling the short loops of a large body (a batch norm's
+        fused gradient over 16 rows: 0.2 s to compile) or of stores costs compile time."""
         def walk(stmts) -> tuple:  # (found, has a loop)
             found = loops = False
             for s in stmts:
                 if isinstance(s, Loop):
                     inner_found, inner_loops = walk(s.body)
                     found = found or inner_found or (
-                        not inner_loops and s.kind == "serial" and isinstance(s.extent, int) and 1 < s.extent <= most)
+                        not inner_loops and s.kind == "serial" and isinstance(s.extent, int) and 1 < s.extent <= most
+                        and 0 < len(s.body) <= 4 and all(isinstance(x, Assign) for x in s.body))
                     loops = True
                 elif isinstance(s, If):
                     inner_found, inner_loops = walk(s.body)
