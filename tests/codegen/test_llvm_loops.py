@@ -96,3 +96,25 @@ def test_innermost_loops_of_transcendentals_interleave(unary, extents, marked, m
     expected = {"exp": np.exp, "tanh": np.tanh, "abs": np.abs, None: lambda v: v * 2}[unary](x.astype(np.float64))
     # within 1 ulp of the correctly rounded result (vecmath): 1.5 ulp of float64s at most
     np.testing.assert_allclose(run(text, x), expected, rtol=1.5 * 2.0 ** -23, atol=1e-45)
+
+
+def _fold(acc="acc"):
+    return K.Assign(acc, K.Binary("add", K.Var(acc, "float32"), K.Load("in0", K.Var("r"), "float32"), "float32"))
+
+
+@pytest.mark.parametrize("body, short", [
+    ([K.Loop("r", 10, [_fold()])], True),                                    # a reduction over rows of 10
+    ([K.Loop("r", 10, [_fold(f"acc{u}") for u in range(4)])], True),         # four rows jammed
+    ([K.Loop("r", 33, [_fold()])], False),                                   # a longer row
+    ([K.Loop("r", 10, [_fold(f"acc{u}") for u in range(5)])], False),        # a large body
+    ([K.Loop("r", 10, [K.Store("out0", K.Var("r"), K.Const(1.0, "float32"))])], False),  # stores
+    ([K.Loop("r", 4, [K.Loop("c", 64, [_fold()])])], False),                 # short, but not innermost
+    ([K.Loop("c", 64, [K.Loop("r", 8, [_fold()])])], True),                  # innermost and short
+    ([K.If(K.Const(True, "bool"), [K.Loop("r", 8, [_fold()])])], True),      # under an if
+])
+def test_a_short_loop_is_an_innermost_fold_of_few_trips(body, short):
+    """Kernel.has_short_loop picks the loops LLVM's unrolling pays for at any kernel size
+    (runtime/jit.py level_for): innermost, at most 32 constant trips, 1-4 folds into
+    accumulators and nothing else."""
+    kernel = K.Kernel("R_test", [K.Buf("in0", "float32", "in"), K.Buf("out0", "float32", "out")], 0, body)
+    assert kernel.has_short_loop() == short
