@@ -261,18 +261,28 @@ class Kernel:
 
     def has_short_loop(self, most: int = 32) -> bool:
         """Whether an innermost serial loop of at most `most` constant trips only folds
-        values into accumulators (a reduction over rows of 10, four rows jammed at most):
-        LLVM's unrolling of such a loop pays at any size of the kernel (runtime/jit.py
+        values into accumulators (a reduction over rows of 10, four rows jammed at most)
+        or copies into a local array (short rows transposed for their lanes): LLVM's
+        unrolling of such a loop pays at any size of the kernel (runtime/jit.py
         `level_for`), where unrolling the short loops of a large body (a batch norm's
-        fused gradient over 16 rows: 0.2 s to compile) or of stores costs compile time."""
+        fused gradient over 16 rows: 0.2 s to compile) or of stores to memory costs
+        compile time."""
+        local = set()
+
+        def folds(body) -> bool:
+            return 0 < len(body) <= 4 and all(
+                isinstance(x, Assign) or (isinstance(x, Store) and x.buf in local) for x in body)
+
         def walk(stmts) -> tuple:  # (found, has a loop)
             found = loops = False
             for s in stmts:
-                if isinstance(s, Loop):
+                if isinstance(s, LocalArray):
+                    local.add(s.name)
+                elif isinstance(s, Loop):
                     inner_found, inner_loops = walk(s.body)
                     found = found or inner_found or (
                         not inner_loops and s.kind == "serial" and isinstance(s.extent, int) and 1 < s.extent <= most
-                        and 0 < len(s.body) <= 4 and all(isinstance(x, Assign) for x in s.body))
+                        and folds(s.body))
                     loops = True
                 elif isinstance(s, If):
                     inner_found, inner_loops = walk(s.body)

@@ -66,13 +66,21 @@ class VectorLoops:
 
     def _vector_load(self, e: K.Load):
         """Contiguous lanes: one vector load, or a masked load under a guard.  Strided
-        lanes: a masked gather.  Masked-off lanes are not read and give 0."""
+        lanes, or lanes at places computed lane by lane (a gather of labels' logits):
+        a masked gather.  Masked-off lanes are not read and give 0."""
         base, dtype = self._array(e.buf)
         width = self.vector[1]
-        start, stride = self._lane_stride(e.index)
         mty = ir.VectorType(MEMORY_TYPES[dtype], width)
         suffix = f"v{width}{_TYPE_SUFFIX[dtype]}"
-        if stride == 1:
+        try:
+            start, stride = self._lane_stride(e.index)
+        except ValueError:  # not affine in the lane: each lane's own index
+            start, stride = None, None
+        if stride is None:
+            ptr = self.b.gep(base, [self._splat(self.expr(e.index), K.INDEX, width)], source_etype=MEMORY_TYPES[dtype])
+            ptr.type = ir.VectorType(PTR, width)  # (as below)
+            name = f"llvm.masked.gather.{suffix}.v{width}p0"
+        elif stride == 1:
             ptr = self.b.gep(base, [start], source_etype=MEMORY_TYPES[dtype])
             if e.valid is None:  # only element alignment is known (numpy buffers, offsets into locals)
                 return self._from_memory(self.b.load(ptr, typ=mty, align=_ALIGN[dtype]), dtype)

@@ -23,6 +23,7 @@ from ..ir.nodes import BINARY, COMPARE, UNARY
 from .fusion import Group
 from .loop_collapse import collapse_loops, plain_loop
 from .row_jam import jam_rows
+from .row_lanes import lane_rows
 from .kernel_exprs import (coefficient, contains, costly, hoist, is_float, loads, power, replace, select,
                            transcendentals, unravel)
 from .views import View
@@ -32,11 +33,15 @@ class Lowering:
     """Builds one Kernel; `slot_of(node)` gives the schedule slot of a stored node
     or buffer leaf, `param_slot(scalar)` the slot of a run-time scalar."""
 
-    def __init__(self, group: Group, stored: set, slot_of, param_slot, tile_transposes: bool = False):
+    def __init__(self, group: Group, stored: set, slot_of, param_slot, tile_transposes: bool = False,
+                 lanes: int = 0):
         self.group = group
         #: tile transposing elementwise nests (`transpose_blocks`; CPU targets: a GPU
         #: kernel's threads split the flat nest, see cuda_lowering.grid_stride)
         self.tile_transposes = tile_transposes
+        #: float32 lanes of the target's vectors, for short rows reduced in lanes
+        #: (row_lanes; CPU targets), 0 for none
+        self.lanes = lanes
         self.stored = stored
         self.slot_of = slot_of
         self.param_slot = param_slot
@@ -217,7 +222,8 @@ class Lowering:
             body[last_pass:], result = self._store_while_summing(body[last_pass:], index, red)
         body += self.store_root(index, kept, lambda s: s, over_reduced, result)
         loops, body = self._memory_order(kept), collapse_loops(body)
-        loops, body = jam_rows(loops, body, math.prod(n for _, n in red)) or (loops, body)
+        row = math.prod(n for _, n in red)
+        loops, body = lane_rows(loops, body, row, self.lanes) or jam_rows(loops, body, row) or (loops, body)
         return self.kernel(*nest(loops, body), work=math.prod(g.domain))
 
     def _memory_order(self, kept) -> list:

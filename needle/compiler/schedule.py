@@ -154,7 +154,9 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
 def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target: Target, packed: dict) -> list:
     """The calls of one group (a matmul may need packing kernels first)."""
     def make():
-        return Lowering(g, fused.stored, slot_of, param_slot, tile_transposes=target.name == "cpu")
+        cpu = target.name == "cpu"
+        return Lowering(g, fused.stored, slot_of, param_slot, tile_transposes=cpu,
+                        lanes=target.vector_bytes // 4 if cpu else 0)
     if target.name == "cuda":
         from . import cuda_lowering
         return [_call(k) for k in cuda_lowering.lower(g, make, new_scratch)]

@@ -1,0 +1,177 @@
+"""Short rows in SIMD lanes: a row reduction over rows of a few elements computed for
+`lanes` rows at once, one row a lane.
+
+A reduction walks its row with vectors along the row (LLVM's loop vectorizer): a row
+of 10 floats is one vector of 8 and two scalar steps, and every row ends in horizontal
+folds; with a transcendental (a cross-entropy's exp and log) each row costs three exp
+evaluations.  Here the loop over the rows steps by `lanes` rows: the rows' elements are
+first copied, transposed, to a local tile (element r of every row contiguous; reading
+them with a stride of the row length would be gathers, which cost Zen 2 about 18
+cycles for 8 floats); every accumulator becomes a local array of `lanes` values and
+every statement a vector loop over the lanes, reading element r of all rows as one
+vector from the tile; the rows' results are one contiguous vector store.  Only bodies
+that store one value a row qualify (a loss, a row sum, logsumexp).  The rows left over
+at the end take the row body as it was (jammed copies, row_jam.jam) under an `If`.
+"""
+from __future__ import annotations
+
+from ..codegen import kernel_ir as K
+from .kernel_exprs import children, coefficient, substitute, transcendentals, uses
+from . import row_jam
+from .row_jam import _CannotJam, jam
+
+#: rows of at most this many elements are put in lanes when the body computes a
+#: transcendental (see the module docstring).  In-process A/B against the jammed rows,
+#: captured, 2 threads, AVX2 (Zen 2): cross-entropy over 256 x 10 0.66x the time, 4096 x
+#: 10 0.72x, 1024 x 4 0.59x, 256 x 16 0.91x, 8192 x 16 0.90x; logsumexp over 2048 x 8
+#: 0.82x.  Without a transcendental the copy costs what the lanes save (row sums over
+#: rows of 8-16 0.89-0.99x, row maxima over rows of 12 1.22x): those stay as they were
+LANES_MAX_ROW = 16
+
+
+class _CannotLane(Exception):
+    """A statement or an access the lane form does not handle."""
+
+
+def lane_rows(loops: list, body: list, row_elements: int, lanes: int):
+    """(loops, body) with the innermost of `loops` (each (var, extent)) stepping over
+    `lanes` rows at a time, one row a lane, or None when that does not apply."""
+    if lanes < 4 or not loops or row_elements > LANES_MAX_ROW or not transcendentals(body):
+        return None
+    var, n = loops[-1]
+    whole, left = divmod(n, lanes)
+    if whole == 0 or (len(loops) == 1 and whole < row_jam.MIN_PARALLEL_STEPS):
+        return None
+    step, lane = K.Var(var + "l"), K.Var(var + "c")
+    row = K.affine([(step, lanes), (lane, 1)])
+    try:
+        locals_ = _locals(body)
+        tiles = {}
+        body_ = _staged(body, var, lanes, lane, tiles)
+        lanes_body = [s for t in tiles.values() for s in _tile_copy(t, var, row, lane.name, lanes)]
+        lanes_body += _statements(body_, var, row, lane.name, lanes, locals_)
+        if left:
+            tail = jam(body, var, [K.Const(whole * lanes + u) for u in range(left)])
+            inside = K.Binary("lt", step, K.Const(whole), "bool")
+            lanes_body = [K.If(inside, lanes_body), K.If(K.Unary("not", inside, "bool"), tail)]
+    except (_CannotLane, _CannotJam):
+        return None
+    return loops[:-1] + [(step.name, whole + (1 if left else 0))], lanes_body
+
+
+def _locals(body) -> dict:
+    """name -> dtype of the scalars a body declares or lets (each becomes an array of
+    lanes); anything but declarations, lets, assignments, stores and serial loops is
+    not handled."""
+    found, statements = {}, list(body)
+    while statements:
+        s = statements.pop()
+        if isinstance(s, K.Declare):
+            found[s.var] = s.dtype
+        elif isinstance(s, K.Let):
+            found[s.var] = s.expr.dtype
+        elif isinstance(s, K.Loop) and s.kind == "serial":
+            statements += s.body
+        elif not isinstance(s, (K.Assign, K.Store)):
+            raise _CannotLane(type(s).__name__)
+    return found
+
+
+def _staged(body, var: str, lanes: int, lane, tiles: dict) -> list:
+    """`body` with each load of a row's element r inside a loop over r (index: a row's
+    start, var * extent, plus r) reading the tile that holds it (`tiles`: (buffer, start)
+    -> (tile, load at r = 0 and row 0, r's loop)) at r * lanes + lane."""
+    out = []
+    for s in body:
+        if isinstance(s, K.Loop):
+            inner = s.body
+            if isinstance(s.extent, int) and not any(isinstance(x, K.Loop) for x in inner):
+                inner = [_map_statement(x, lambda e: _tile_load(e, s, var, lanes, lane, tiles)) for x in inner]
+            out.append(K.Loop(s.var, s.extent, _staged(inner, var, lanes, lane, tiles), s.kind, s.start))
+        else:
+            out.append(s)
+    return out
+
+
+def _tile_load(e, loop, var: str, lanes: int, lane, tiles: dict):
+    if e.valid is not None or coefficient(e.index, loop.var) != 1 or coefficient(e.index, var) != loop.extent:
+        return None
+    start = substitute(e.index, {loop.var: K.Const(0), var: K.Const(0)}, {}, {})
+    key = (e.buf, start, loop.extent)
+    if key not in tiles:
+        tiles[key] = (f"tile{len(tiles)}", e, loop)
+    return K.Load(tiles[key][0], K.affine([(K.Var(loop.var), lanes), (lane, 1)]), e.dtype)
+
+
+def _tile_copy(tile, var: str, row, lane: str, lanes: int) -> list:
+    """The rows' elements into `tile`, transposed: a row after the other, along each
+    (contiguous reads)."""
+    name, load, loop = tile
+    r = K.Var(loop.var)
+    source = K.Load(load.buf, substitute(load.index, {var: row}, {}, {}), load.dtype)
+    copy = K.Store(name, K.affine([(r, lanes), (K.Var(lane), 1)]), source)
+    return [K.LocalArray(name, load.dtype, loop.extent * lanes),
+            K.Loop(lane, lanes, [K.Loop(loop.var, loop.extent, [copy])])]
+
+
+def _map_statement(s, fn):
+    """Statement `s` with every load `fn` rewrites (not None) rewritten."""
+    def sub(e):
+        return None if e is None else _map_loads(e, fn)
+    if isinstance(s, K.Assign):
+        return K.Assign(s.var, sub(s.expr))
+    if isinstance(s, K.Let):
+        return K.Let(s.var, sub(s.expr))
+    if isinstance(s, K.Store):
+        return K.Store(s.buf, s.index, sub(s.value), s.valid)
+    return s
+
+
+def _map_loads(e, fn):
+    if isinstance(e, K.Load):
+        new = fn(e)
+        return e if new is None else new
+    kids = children(e)
+    if not kids:
+        return e
+    new = tuple(_map_loads(c, fn) for c in kids)
+    if all(a is b for a, b in zip(new, kids)):
+        return e
+    if isinstance(e, K.Where):
+        return K.Where(*new, e.dtype)
+    if isinstance(e, K.Binary):
+        return K.Binary(e.op, *new, e.dtype)
+    if isinstance(e, K.Unary):
+        return K.Unary(e.op, new[0], e.dtype)
+    return K.Cast(new[0], e.dtype)
+
+
+def _statements(body, var: str, row, lane: str, lanes: int, locals_: dict) -> list:
+    """`body` for the `lanes` rows `row` (an expression of the lane variable `lane`)."""
+    out = []
+    for s in body:
+        if isinstance(s, K.Loop):
+            if not isinstance(s.extent, int) and uses(s.extent, {var} | set(locals_)):
+                raise _CannotLane(s.var)
+            out.append(K.Loop(s.var, s.extent, _statements(s.body, var, row, lane, lanes, locals_), s.kind, s.start))
+            continue
+        lane_var = K.Var(lane)
+        # (new Loads of the locals for each statement: the renderer caches expressions by identity)
+        values = {var: row, **{name: K.Load(name, lane_var, dtype) for name, dtype in locals_.items()}}
+
+        def sub(e):
+            return None if e is None else substitute(e, values, {}, {})
+        if isinstance(s, (K.Declare, K.Let)):
+            value = sub(s.init if isinstance(s, K.Declare) else s.expr)
+            out.append(K.LocalArray(s.var, locals_[s.var], lanes))
+            out.append(K.Loop(lane, lanes, [K.Store(s.var, lane_var, value)], "vector"))
+        elif isinstance(s, K.Assign):
+            out.append(K.Loop(lane, lanes, [K.Store(s.var, lane_var, sub(s.expr))], "vector"))
+        else:  # a Store: one value a row, at consecutive places
+            index, valid = sub(s.index), sub(s.valid)
+            if valid is not None and uses(valid, {lane}):
+                raise _CannotLane("a guard that differs by row")
+            if coefficient(index, lane) != 1:
+                raise _CannotLane("a store that is not one a row")
+            out.append(K.Loop(lane, lanes, [K.Store(s.buf, index, sub(s.value), valid)], "vector"))
+    return out
