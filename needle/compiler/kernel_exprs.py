@@ -164,6 +164,16 @@ def substitute(e, values: dict, renamed: dict, memo: dict):
     return new
 
 
+def map_loads(e, fn):
+    """e with each Load that `fn` rewrites (returns an expression, not None) replaced;
+    the rest shared as it is."""
+    if isinstance(e, K.Load):
+        new = fn(e)
+        return e if new is None else new
+    kids = children(e)
+    return _rebuilt(e, tuple(map_loads(c, fn) for c in kids)) if kids else e
+
+
 def substitute_statement(s, values: dict, renamed: dict, memo: dict):
     """Statement `s` (not a loop or an if) with `substitute` applied to its expressions
     and the locals it names (a declared or assigned scalar, a stored-to or declared

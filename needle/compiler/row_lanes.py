@@ -16,7 +16,7 @@ at the end take the row body as it was (jammed copies, row_jam.jam) under an `If
 from __future__ import annotations
 
 from ..codegen import kernel_ir as K
-from .kernel_exprs import children, coefficient, substitute, transcendentals, uses
+from .kernel_exprs import coefficient, map_loads, substitute, transcendentals, uses
 from . import row_jam
 from .row_jam import _CannotJam, jam
 
@@ -47,7 +47,7 @@ def lane_rows(loops: list, body: list, row_elements: int, lanes: int):
     try:
         locals_ = _locals(body)
         tiles = {}
-        body_ = _staged(body, var, lanes, lane, tiles)
+        body_ = _staged(body, var, lanes, lane, tiles, set(locals_) | _loop_vars(body))
         lanes_body = [s for t in tiles.values() for s in _tile_copy(t, var, row, lane.name, lanes)]
         lanes_body += _statements(body_, var, row, lane.name, lanes, locals_)
         if left:
@@ -77,26 +77,41 @@ def _locals(body) -> dict:
     return found
 
 
-def _staged(body, var: str, lanes: int, lane, tiles: dict) -> list:
+def _loop_vars(body) -> set:
+    found, statements = set(), list(body)
+    while statements:
+        s = statements.pop()
+        if isinstance(s, K.Loop):
+            found.add(s.var)
+            statements += s.body
+    return found
+
+
+def _staged(body, var: str, lanes: int, lane, tiles: dict, inner_names: set) -> list:
     """`body` with each load of a row's element r inside a loop over r (index: a row's
     start, var * extent, plus r) reading the tile that holds it (`tiles`: (buffer, start)
-    -> (tile, load at r = 0 and row 0, r's loop)) at r * lanes + lane."""
+    -> (tile, load at r = 0 and row 0, r's loop)) at r * lanes + lane.  A start that
+    reads a name of the body (`inner_names`: its locals and loops) is not known before
+    the body runs: such a load stays."""
     out = []
     for s in body:
         if isinstance(s, K.Loop):
             inner = s.body
             if isinstance(s.extent, int) and not any(isinstance(x, K.Loop) for x in inner):
-                inner = [_map_statement(x, lambda e: _tile_load(e, s, var, lanes, lane, tiles)) for x in inner]
-            out.append(K.Loop(s.var, s.extent, _staged(inner, var, lanes, lane, tiles), s.kind, s.start))
+                inner = [_map_statement(x, lambda e: _tile_load(e, s, var, lanes, lane, tiles, inner_names))
+                         for x in inner]
+            out.append(K.Loop(s.var, s.extent, _staged(inner, var, lanes, lane, tiles, inner_names), s.kind, s.start))
         else:
             out.append(s)
     return out
 
 
-def _tile_load(e, loop, var: str, lanes: int, lane, tiles: dict):
+def _tile_load(e, loop, var: str, lanes: int, lane, tiles: dict, inner_names: set):
     if e.valid is not None or coefficient(e.index, loop.var) != 1 or coefficient(e.index, var) != loop.extent:
         return None
     start = substitute(e.index, {loop.var: K.Const(0), var: K.Const(0)}, {}, {})
+    if uses(start, inner_names):
+        return None
     key = (e.buf, start, loop.extent)
     if key not in tiles:
         tiles[key] = (f"tile{len(tiles)}", e, loop)
@@ -117,7 +132,7 @@ def _tile_copy(tile, var: str, row, lane: str, lanes: int) -> list:
 def _map_statement(s, fn):
     """Statement `s` with every load `fn` rewrites (not None) rewritten."""
     def sub(e):
-        return None if e is None else _map_loads(e, fn)
+        return None if e is None else map_loads(e, fn)
     if isinstance(s, K.Assign):
         return K.Assign(s.var, sub(s.expr))
     if isinstance(s, K.Let):
@@ -125,25 +140,6 @@ def _map_statement(s, fn):
     if isinstance(s, K.Store):
         return K.Store(s.buf, s.index, sub(s.value), s.valid)
     return s
-
-
-def _map_loads(e, fn):
-    if isinstance(e, K.Load):
-        new = fn(e)
-        return e if new is None else new
-    kids = children(e)
-    if not kids:
-        return e
-    new = tuple(_map_loads(c, fn) for c in kids)
-    if all(a is b for a, b in zip(new, kids)):
-        return e
-    if isinstance(e, K.Where):
-        return K.Where(*new, e.dtype)
-    if isinstance(e, K.Binary):
-        return K.Binary(e.op, *new, e.dtype)
-    if isinstance(e, K.Unary):
-        return K.Unary(e.op, new[0], e.dtype)
-    return K.Cast(new[0], e.dtype)
 
 
 def _statements(body, var: str, row, lane: str, lanes: int, locals_: dict) -> list:

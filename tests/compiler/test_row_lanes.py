@@ -104,3 +104,27 @@ def test_logsumexp_in_lanes_for_each_vector_width(vector_bytes):
         want = lse64(np.where(np.isinf(z), -np.inf, z))
     bound = 2 * (n + 2) * U * (np.abs(np.where(np.isfinite(z), z, 0)).max(1) + np.log(n))
     assert np.all(np.abs(got[finite] - want[finite]) <= bound[finite])
+
+
+def _exp_sum_body(n, shift=None):
+    """acc = 0; for r in n: acc += exp(x[k * n + r (+ shift)]); out[k] = acc"""
+    from needle.codegen import kernel_ir as K
+    at = K.affine([(K.Var("k"), n), (K.Var("r"), 1)])
+    if shift is not None:
+        at = K.Binary("add", at, K.Var(shift), K.INDEX)
+    fold = K.Binary("add", K.Var("acc", "float32"), K.Unary("exp", K.Load("x", at, "float32"), "float32"), "float32")
+    body = [K.Declare("acc", "float32", K.Const(0.0, "float32")), K.Loop("r", n, [K.Assign("acc", fold)]),
+            K.Store("out", K.Var("k"), K.Var("acc", "float32"))]
+    return ([K.Let("s", K.Const(1, K.INDEX))] if shift else []) + body
+
+
+def test_only_loads_whose_row_start_is_known_before_the_body_are_tiled():
+    """x[k * n + r] is copied to a tile before the body; x[k * n + r + s], s a value the
+    body lets, stays a load (a gather) of its own."""
+    from needle.codegen import kernel_ir as K
+    _, body = row_lanes.lane_rows([("k", 128)], _exp_sum_body(10), 10, 8)
+    text = K.print_kernel(K.Kernel("k", [], 0, body))
+    assert "register tile0: float32[80]" in text and "exp(tile0[" in text
+    _, body = row_lanes.lane_rows([("k", 128)], _exp_sum_body(10, "s"), 10, 8)
+    text = K.print_kernel(K.Kernel("k", [], 0, body))
+    assert "tile0" not in text and "exp(x[" in text
