@@ -148,7 +148,8 @@ class _Folder:
         for an unmasked scalar)."""
         view = base_view(base)
         for k, (op, arg) in enumerate(chain):
-            if self.read_windows and view.strides[-1:] != (1,) and reads_windows(view, op, arg):  # NCHW data
+            if self.read_windows and view.strides[-1:] != (1,) and view.shape[-1:] != (1,) and \
+                    reads_windows(view, op, arg):  # NCHW data (a last axis of 1 has no stride to fix)
                 copy = self._copy(self._view_node(base, view), "stored with its channels contiguous before its "
                                                                "windows are read: the conv's matmul reads them in place")
                 return self._apply(copy, chain[k:])

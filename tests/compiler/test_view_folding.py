@@ -260,3 +260,15 @@ def test_a_small_padded_image_is_stored_padded_before_its_windows(size, channels
     masked = {v.shape for v in ops_of(folded, "view") if v.arg.mask}
     # stored: only the copy reads the padding's mask; else the windows themselves do
     assert masked == ({(2, size + 2, size + 2, channels)} if stored else {(2, size, size, 3, 3, channels)})
+
+
+def test_windows_over_a_last_axis_of_one_are_not_copied_again_and_again(monkeypatch):
+    """A last axis of one element has no stride to fix: with windows read in place from
+    runs of one channel (WINDOW_RUN lowered to 1), a copy's windows once recursed
+    without end, its size-1 axis seen as strided."""
+    from needle.compiler import view_folding
+    monkeypatch.setattr(view_folding, "WINDOW_RUN", 1)
+    x = leaf(randn(1, 2, 2, 1))
+    out = build.reshape(build.window(build.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))), (1, 2), (2, 2), 1), (9, 4))
+    folded = fold_and_check([out], read_windows=True)
+    assert len(ops_of(folded, "copy")) <= 2
