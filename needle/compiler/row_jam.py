@@ -52,29 +52,40 @@ def jam_rows(loops: list, body: list, row_elements: int):
     if not loops or (row_elements >= JAM_MAX_TRANSCENDENTAL_ROW if transcendentals(body)
                      else row_elements < JAM_MIN_ROW):
         return None
+    var = loops[-1][0]
+    return step_rows(loops, body, JAM_ROWS, "q",
+                     lambda step: jam(body, var, [K.affine([(step, JAM_ROWS)], u) for u in range(JAM_ROWS)]))
+
+
+def step_rows(loops: list, body: list, per: int, suffix: str, rows_of):
+    """(loops, body) with the innermost of `loops` (its variable + `suffix`) stepping
+    over `per` rows at a time: `rows_of(step)` the statements of a whole step, the rows
+    left over at the end jammed copies of `body` under an `If`; None without a whole
+    step, with fewer than MIN_PARALLEL_STEPS when the loop is the only one (the one
+    split across threads), or when a body cannot be built (_CannotJam)."""
     var, n = loops[-1]
-    whole, left = divmod(n, JAM_ROWS)
+    whole, left = divmod(n, per)
     if whole == 0 or (len(loops) == 1 and whole < MIN_PARALLEL_STEPS):
         return None
-    step = K.Var(var + "q")
+    step = K.Var(var + suffix)
     try:
-        body4 = jam(body, var, [K.affine([(step, JAM_ROWS)], u) for u in range(JAM_ROWS)])
+        stepped = rows_of(step)
         if left:
-            tail = jam(body, var, [K.Const(whole * JAM_ROWS + u) for u in range(left)])
+            tail = jam(body, var, [K.Const(whole * per + u) for u in range(left)])
             inside = K.Binary("lt", step, K.Const(whole), "bool")
-            body4 = [K.If(inside, body4), K.If(K.Unary("not", inside, "bool"), tail)]
+            stepped = [K.If(inside, stepped), K.If(K.Unary("not", inside, "bool"), tail)]
     except _CannotJam:
         return None
-    return loops[:-1] + [(step.name, whole + (1 if left else 0))], body4
+    return loops[:-1] + [(step.name, whole + (1 if left else 0))], stepped
 
 
 def jam(body: list, var: str, rows: list) -> list:
     """`body` once per value of `var` in `rows`, the copies run together: loops stay
     single (their bodies jammed in turn), every other statement is repeated, copy by
     copy, with the locals it declares renamed `<name>_<copy>`."""
-    declared = _declared(body)
-    fixed = declared | {var}
-    copies = [(row, {n: f"{n}_{u}" for n in declared}, {}) for u, row in enumerate(rows)]
+    names = declared(body)
+    fixed = set(names) | {var}
+    copies = [(row, {n: f"{n}_{u}" for n in names}, {}) for u, row in enumerate(rows)]
 
     def statements(body) -> list:
         out = []
@@ -94,25 +105,28 @@ def _uses(e, names) -> bool:  # (an extent or start may be an int)
     return not isinstance(e, int) and uses(e, names)
 
 
-def _declared(body) -> set:
-    """Names a body declares: scalars, lets and local arrays (not loop variables,
-    which the copies share).  Every scalar it assigns must be one of them: one per
-    row of an enclosing scope's would be wrong."""
-    found, assigned, statements = set(), set(), list(body)
+def declared(body) -> dict:
+    """name -> dtype of what a body declares: scalars, lets and local arrays (not loop
+    variables, which the copies share).  Every scalar it assigns must be one of them:
+    one per row of an enclosing scope's would be wrong (_CannotJam, as for a statement
+    other than these, loops and stores)."""
+    found, assigned, statements = {}, set(), list(body)
     while statements:
         s = statements.pop()
-        if isinstance(s, (K.Declare, K.Let)):
-            found.add(s.var)
+        if isinstance(s, K.Declare):
+            found[s.var] = s.dtype
+        elif isinstance(s, K.Let):
+            found[s.var] = s.expr.dtype
         elif isinstance(s, K.LocalArray):
-            found.add(s.name)
+            found[s.name] = s.dtype
         elif isinstance(s, K.Assign):
             assigned.add(s.var)
         elif isinstance(s, K.Loop):
             statements += s.body
         elif not isinstance(s, K.Store):
             raise _CannotJam(type(s).__name__)
-    if not assigned <= found:
-        raise _CannotJam(str(assigned - found))
+    if not assigned <= found.keys():
+        raise _CannotJam(str(assigned - found.keys()))
     return found
 
 

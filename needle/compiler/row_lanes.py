@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from ..codegen import kernel_ir as K
 from .kernel_exprs import coefficient, map_loads, substitute, transcendentals, uses
-from . import row_jam
-from .row_jam import _CannotJam, jam
+from .row_jam import _CannotJam, declared, step_rows
 
 #: rows of at most this many elements are put in lanes when the body computes a
 #: transcendental (see the module docstring).  In-process A/B against the jammed rows,
@@ -29,7 +28,7 @@ from .row_jam import _CannotJam, jam
 LANES_MAX_ROW = 16
 
 
-class _CannotLane(Exception):
+class _CannotLane(_CannotJam):
     """A statement or an access the lane form does not handle."""
 
 
@@ -38,43 +37,17 @@ def lane_rows(loops: list, body: list, row_elements: int, lanes: int):
     `lanes` rows at a time, one row a lane, or None when that does not apply."""
     if lanes < 4 or not loops or row_elements > LANES_MAX_ROW or not transcendentals(body):
         return None
-    var, n = loops[-1]
-    whole, left = divmod(n, lanes)
-    if whole == 0 or (len(loops) == 1 and whole < row_jam.MIN_PARALLEL_STEPS):
-        return None
-    step, lane = K.Var(var + "l"), K.Var(var + "c")
-    row = K.affine([(step, lanes), (lane, 1)])
-    try:
-        locals_ = _locals(body)
+    var = loops[-1][0]
+
+    def in_lanes(step) -> list:
+        lane = K.Var(var + "c")
+        row = K.affine([(step, lanes), (lane, 1)])
+        locals_ = declared(body)  # (every scalar the body assigns is one of them)
         tiles = {}
-        body_ = _staged(body, var, lanes, lane, tiles, set(locals_) | _loop_vars(body))
-        lanes_body = [s for t in tiles.values() for s in _tile_copy(t, var, row, lane.name, lanes)]
-        lanes_body += _statements(body_, var, row, lane.name, lanes, locals_)
-        if left:
-            tail = jam(body, var, [K.Const(whole * lanes + u) for u in range(left)])
-            inside = K.Binary("lt", step, K.Const(whole), "bool")
-            lanes_body = [K.If(inside, lanes_body), K.If(K.Unary("not", inside, "bool"), tail)]
-    except (_CannotLane, _CannotJam):
-        return None
-    return loops[:-1] + [(step.name, whole + (1 if left else 0))], lanes_body
-
-
-def _locals(body) -> dict:
-    """name -> dtype of the scalars a body declares or lets (each becomes an array of
-    lanes); anything but declarations, lets, assignments, stores and serial loops is
-    not handled."""
-    found, statements = {}, list(body)
-    while statements:
-        s = statements.pop()
-        if isinstance(s, K.Declare):
-            found[s.var] = s.dtype
-        elif isinstance(s, K.Let):
-            found[s.var] = s.expr.dtype
-        elif isinstance(s, K.Loop) and s.kind == "serial":
-            statements += s.body
-        elif not isinstance(s, (K.Assign, K.Store)):
-            raise _CannotLane(type(s).__name__)
-    return found
+        staged = _staged(body, var, lanes, lane, tiles, set(locals_) | _loop_vars(body))
+        return ([s for t in tiles.values() for s in _tile_copy(t, var, row, lane.name, lanes)]
+                + _statements(staged, var, row, lane.name, lanes, locals_))
+    return step_rows(loops, body, lanes, "l", in_lanes)
 
 
 def _loop_vars(body) -> set:
@@ -147,7 +120,7 @@ def _statements(body, var: str, row, lane: str, lanes: int, locals_: dict) -> li
     out = []
     for s in body:
         if isinstance(s, K.Loop):
-            if not isinstance(s.extent, int) and uses(s.extent, {var} | set(locals_)):
+            if s.kind != "serial" or (not isinstance(s.extent, int) and uses(s.extent, {var} | set(locals_))):
                 raise _CannotLane(s.var)
             out.append(K.Loop(s.var, s.extent, _statements(s.body, var, row, lane, lanes, locals_), s.kind, s.start))
             continue
@@ -163,11 +136,13 @@ def _statements(body, var: str, row, lane: str, lanes: int, locals_: dict) -> li
             out.append(K.Loop(lane, lanes, [K.Store(s.var, lane_var, value)], "vector"))
         elif isinstance(s, K.Assign):
             out.append(K.Loop(lane, lanes, [K.Store(s.var, lane_var, sub(s.expr))], "vector"))
-        else:  # a Store: one value a row, at consecutive places
+        elif isinstance(s, K.Store):  # one value a row, at consecutive places
             index, valid = sub(s.index), sub(s.valid)
             if valid is not None and uses(valid, {lane}):
                 raise _CannotLane("a guard that differs by row")
             if coefficient(index, lane) != 1:
                 raise _CannotLane("a store that is not one a row")
             out.append(K.Loop(lane, lanes, [K.Store(s.buf, index, sub(s.value), valid)], "vector"))
+        else:  # (a local array: a row's array would be lanes of them)
+            raise _CannotLane(type(s).__name__)
     return out
