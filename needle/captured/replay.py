@@ -9,7 +9,6 @@ from __future__ import annotations
 import weakref
 
 from ..autograd import Tensor, TensorTuple
-from ..backend_ndarray.ndarray import NDArray
 from ..errors import JitError
 from ..ir.nodes import RuntimeScalar
 from ..engine import capture
@@ -217,10 +216,8 @@ class CapturedStep:
             elif kind == CONST:
                 leaves.append(what)
             else:
-                base = what._cached_data
-                if type(base) is not NDArray:
-                    base = realized_array(what)
-                if (base._shape, base._strides, base._offset, base._dtype) != layout:
+                base = realized_array(what)
+                if _layout(base) != layout:
                     return STALE
                 leaves.append(base)
         run = self.runs[0]
