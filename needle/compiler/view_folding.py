@@ -148,19 +148,11 @@ class _Folder:
         for an unmasked scalar)."""
         view = base_view(base)
         for k, (op, arg) in enumerate(chain):
-            if self.read_windows and view.strides[-1:] != (1,) and view.shape[-1:] != (1,) and \
-                    reads_windows(view, op, arg):  # NCHW data (a last axis of 1 has no stride to fix)
-                copy = self._copy(self._view_node(base, view), "stored with its channels contiguous before its "
-                                                               "windows are read: the conv's matmul reads them in place")
-                return self._apply(copy, chain[k:])
-            if self.read_windows and view.mask and reads_windows(view, op, arg) and \
-                    math.prod(view.shape) >= PADDED_COPY_MIN_RATIO * math.prod(base.shape):
-                copy = self._copy(self._view_node(base, view), "stored padded before its windows are read: a small "
-                                                               "image's windows mostly read some padding")
-                return self._apply(copy, chain[k:])
-            moved = move(view, op, arg)
-            if moved is None:  # not expressible: store what we have, continue on the copy
-                copy = self._copy(self._view_node(base, view), f"{op} {arg} cannot be expressed as a view of {view}")
+            why = _stored_before_windows(base, view, op, arg) if self.read_windows else None
+            moved = None if why else move(view, op, arg)
+            if moved is None:  # store what we have, continue on the copy
+                why = why or f"{op} {arg} cannot be expressed as a view of {view}"
+                copy = self._copy(self._view_node(base, view), why)
                 return self._apply(copy, chain[k:])
             view = moved
         if base.op in ("const", "param") and not view.mask and not view.empty:
@@ -197,6 +189,20 @@ def split_point(shape, chain, read_windows: bool) -> tuple:
             return k, f"{op} {arg} cannot be expressed as a view of {view.shape}"
         view = moved
     return None, None
+
+
+def _stored_before_windows(base, view: View, op: str, arg):
+    """Why `base`, read through `view`, is stored before the windows of (op, arg) are
+    read (a conv's matmul then reads them in place, unmasked), or None: its channels lie
+    apart (NCHW data; a last axis of one element has no stride to fix), or padding makes
+    it at least PADDED_COPY_MIN_RATIO times larger (a small image)."""
+    if not reads_windows(view, op, arg):
+        return None
+    if view.strides[-1:] != (1,) and view.shape[-1:] != (1,):
+        return "stored with its channels contiguous before its windows are read: the conv's matmul reads them in place"
+    if view.mask and math.prod(view.shape) >= PADDED_COPY_MIN_RATIO * math.prod(base.shape):
+        return "stored padded before its windows are read: a small image's windows mostly read some padding"
+    return None
 
 
 def reads_windows(view: View, op: str, arg) -> bool:
