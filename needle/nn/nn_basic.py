@@ -40,9 +40,20 @@ def positive_int(module: str, what: str, value) -> int:
 
 
 def as_row(t: Tensor, like: Tensor) -> Tensor:
-    """A (dim,) or (1, dim) tensor broadcast along the leading axes of `like`."""
-    shape = (1,) * (len(like.shape) - 1) + (like.shape[-1],)
-    return t.reshape(shape).broadcast_to(like.shape)
+    """A (dim,) or (1, dim) tensor broadcast along the leading axes of `like`: one
+    broadcast_to, which adds leading axes as numpy's does (a reshape first was one more
+    op to build, and to differentiate, in every layer of every lazy step)."""
+    return t if t.shape == like.shape else t.broadcast_to(like.shape)
+
+
+def nchw_to_nhwc(x: Tensor) -> Tensor:
+    """The course's two transposes, as one permute: one op less to build and to
+    differentiate per layer and step."""
+    return ops.permute(x, (0, 2, 3, 1))
+
+
+def nhwc_to_nchw(x: Tensor) -> Tensor:
+    return ops.permute(x, (0, 3, 1, 2))
 
 
 class Identity(Module):
@@ -244,17 +255,23 @@ class BatchNorm1d(Module):
         if self.training:
             batch = x.shape[0]
             mean = x.sum((0,)) / batch
-            centered = x - as_row(mean, x)
+            centered = ops.subtract(x, as_row(mean, x))
             var = (centered * centered).sum((0,)) / batch
-            m = self.momentum
-            # module attributes: computed with the next schedule (Module.__setattr__)
-            self.running_mean = self.running_mean * (1 - m) + mean.detach() * m
-            self.running_var = self.running_var * (1 - m) + var.detach() * m
+            self.running_mean = self._running(self.running_mean, mean)
+            self.running_var = self._running(self.running_var, var)
         else:
-            centered = x - as_row(self.running_mean, x)
+            centered = ops.subtract(x, as_row(self.running_mean, x))
             var = self.running_var
         normed = centered / as_row((var + self.eps) ** 0.5, x)
         return as_row(self.weight, x) * normed + as_row(self.bias, x)
+
+    def _running(self, running: Tensor, observed: Tensor) -> Tensor:
+        """(1 - momentum) * running + momentum * observed, on the tensors' data: the
+        statistics need no gradient, so no autograd ops (in lazy mode the same graph
+        nodes at a fraction of the Python).  Assigned to a module attribute, the result
+        is computed with the next schedule (Module.__setattr__)."""
+        m = self.momentum
+        return Tensor.make_const(running._compute_input() * (1 - m) + observed._compute_input() * m)
 
 
 class BatchNorm2d(BatchNorm1d):
@@ -266,9 +283,8 @@ class BatchNorm2d(BatchNorm1d):
         n, c, h, w = x.shape
         if c != self.dim:
             raise ShapeError(f"BatchNorm2d: expects {self.dim} channels on axis 1, got shape {fmt_shape(x.shape)}")
-        nhwc = x.transpose((1, 2)).transpose((2, 3))
-        y = super().forward(nhwc.reshape((n * h * w, c))).reshape((n, h, w, c))
-        return y.transpose((2, 3)).transpose((1, 2))
+        y = super().forward(nchw_to_nhwc(x).reshape((n * h * w, c))).reshape((n, h, w, c))
+        return nhwc_to_nchw(y)
 
 
 class LayerNorm1d(Module):
@@ -288,11 +304,10 @@ class LayerNorm1d(Module):
     def forward(self, x: Tensor) -> Tensor:
         check_features("LayerNorm1d", x, self.dim)
         last = len(x.shape) - 1
-        kept = tuple(x.shape[:-1]) + (1,)
-        mean = (x.sum((last,)) / self.dim).reshape(kept).broadcast_to(x.shape)
-        centered = x - mean
-        var = ((centered * centered).sum((last,)) / self.dim).reshape(kept).broadcast_to(x.shape)
-        normed = centered / (var + self.eps) ** 0.5
+        mean = x.sum((last,), keepdims=True) / self.dim
+        centered = ops.subtract(x, mean.broadcast_to(x.shape))
+        var = (centered * centered).sum((last,), keepdims=True) / self.dim
+        normed = centered / ((var + self.eps) ** 0.5).broadcast_to(x.shape)
         return as_row(self.weight, x) * normed + as_row(self.bias, x)
 
 

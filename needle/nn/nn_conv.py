@@ -11,7 +11,7 @@ from typing import Optional, Tuple, Union
 from .. import init, ops
 from ..autograd import Tensor
 from ..errors import ArgumentError, ShapeError, fmt_shape
-from .nn_basic import check_ndim, optional_bias, positive_int
+from .nn_basic import check_ndim, nchw_to_nhwc, nhwc_to_nchw, optional_bias, positive_int
 from .nn_module import Module, Parameter
 
 IntOrPair = Union[int, Tuple[int, int]]
@@ -33,14 +33,6 @@ def _pair(name: str, value: IntOrPair) -> Tuple[int, int]:
     if len(pair) != 2 or not all(isinstance(v, numbers.Integral) and v >= 1 for v in pair):
         raise ArgumentError(f"MaxPool2d: {name} must be a positive int or a pair of them, got {value!r}")
     return int(pair[0]), int(pair[1])
-
-
-def nchw_to_nhwc(x: Tensor) -> Tensor:
-    return x.transpose((1, 2)).transpose((2, 3))
-
-
-def nhwc_to_nchw(x: Tensor) -> Tensor:
-    return x.transpose((2, 3)).transpose((1, 2))
 
 
 class Conv(Module):

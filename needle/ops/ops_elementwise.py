@@ -68,8 +68,11 @@ class EWiseDiv(TensorOp):
         return a / b
 
     def gradient(self, out_grad, node):
+        # d(a/b)/db = -(g / b) (a / b): the first gradient times this node, two ops where
+        # -g a / (b b) built four on every step
         a, b = node.inputs
-        return unbroadcast(out_grad / b, a.shape), unbroadcast(-out_grad * a / (b * b), b.shape)
+        grad_a = out_grad / b
+        return unbroadcast(grad_a, a.shape), unbroadcast(-(grad_a * node), b.shape)
 
 
 def divide(a, b):

@@ -13,7 +13,7 @@ from ..autograd import Tensor, TensorOp
 from ..errors import ShapeError, fmt_shape
 from ..shapes import int_sequence, normalize_axes
 from .checks import require_float
-from .ops_shape import reshape, transpose
+from .ops_shape import reshape
 
 
 def unbroadcast(grad: Tensor, shape: tuple) -> Tensor:
@@ -25,7 +25,7 @@ def unbroadcast(grad: Tensor, shape: tuple) -> Tensor:
     axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
                                       if s == 1 and grad.shape[lead + i] != 1)
     out = summation(grad, axes) if axes else grad
-    return reshape(out, shape)
+    return out if out.shape == shape else reshape(out, shape)
 
 
 class BroadcastTo(TensorOp):
@@ -60,8 +60,11 @@ class Summation(TensorOp):
     def gradient(self, out_grad, node):
         shape = node.inputs[0].shape
         axes = normalize_axes("summation", self.axes, len(shape), shape)
-        kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
-        return broadcast_to(reshape(out_grad, kept), shape)
+        if out_grad.shape != shape[len(axes):] or axes != tuple(range(len(axes))):
+            # (leading axes summed away come back by broadcasting alone: one op less)
+            kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+            out_grad = out_grad if out_grad.shape == kept else reshape(out_grad, kept)
+        return broadcast_to(out_grad, shape)
 
 
 def summation(a, axes=None, keepdims=False):
@@ -120,16 +123,39 @@ def equal_mask(a, b):
 
 # ---- matmul -------------------------------------------------------------------------------
 class MatMul(TensorOp):
-    """Batched a @ b; batch dimensions broadcast both ways."""
+    """Batched a @ b; batch dimensions broadcast both ways.  `transpose_a` /
+    `transpose_b` first swap an operand's last two axes (a view), so each gradient is
+    one op, not a transpose and a matmul (an LSTM step built 162 transposes)."""
+
+    transpose_a = transpose_b = False  # (set on the instance only when true: dumps show them then)
+
+    def __init__(self, transpose_a: bool = False, transpose_b: bool = False):
+        if transpose_a:
+            self.transpose_a = True
+        if transpose_b:
+            self.transpose_b = True
 
     def compute(self, a, b):
+        if self.transpose_a:
+            a = _swap_last(a)
+        if self.transpose_b:
+            b = _swap_last(b)
         return A.matmul(a, b)
 
     def gradient(self, out_grad, node):
+        # C = op(a) @ op(b): d op(a) = G op(b)^T, d op(b) = op(a)^T G, transposed back
+        # where op transposes
         a, b = node.inputs
-        grad_a = matmul(out_grad, transpose(b))
-        grad_b = matmul(transpose(a), out_grad)
+        ta, tb = self.transpose_a, self.transpose_b
+        grad_a = MatMul(tb, True)(b, out_grad) if ta else MatMul(False, not tb)(out_grad, b)
+        grad_b = MatMul(True, ta)(out_grad, a) if tb else MatMul(not ta, False)(a, out_grad)
         return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
+
+
+def _swap_last(x):
+    if x.ndim < 2:
+        raise ShapeError(f"matmul: a transposed operand needs at least 2 dims, got shape {fmt_shape(x.shape)}")
+    return A.swapaxes(x, -2, -1)
 
 
 def matmul(a, b):

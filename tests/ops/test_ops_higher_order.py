@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from needle import ops
+from needle.ops.ops_reduce import MatMul
 from tests.gradcheck import DEVICE_IDS, DEVICES, away_from_zero, positive, randn, tensor
 
 pytestmark = pytest.mark.parametrize("device", DEVICES, ids=DEVICE_IDS)
@@ -49,6 +50,9 @@ CASES = {
     "power": (lambda t: ops.power(t, t), positive),
     "relu": (lambda t: ops.relu(t) * t, away_from_zero),
     "matmul": (lambda t: ops.matmul(t, ops.transpose(t)), randn),
+    "matmul_transposed_a": (lambda t: MatMul(True, False)(t, ops.exp(t)), randn),
+    "matmul_transposed_b": (lambda t: MatMul(False, True)(t, ops.exp(t)), randn),
+    "matmul_transposed_both": (lambda t: MatMul(True, True)(t, ops.reshape(ops.exp(t), (3, 2))), randn),
     "logsumexp": (lambda t: ops.logsumexp(t, (1,)), randn),
     "logsoftmax": (lambda t: ops.logsoftmax(t), randn),
     "max": (lambda t: ops.max(t * t, (1,)), away_from_zero),

@@ -76,3 +76,30 @@ def test_matmul_bad_shapes(device, sa, sb):
 def test_matmul_error_names_shapes(device):
     with pytest.raises(ndl.errors.ShapeError, match=r"\(2, 3\).*\(2, 3\)"):
         ops.matmul(randn((2, 3), device), randn((2, 3), device))
+
+
+TRANSPOSED_CASES = [((4, 3), (5, 4)), ((2, 4, 3), (5, 4)), ((4, 3), (2, 1, 5, 4))]
+
+
+@pytest.mark.parametrize("ta,tb", [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("sa,sb", TRANSPOSED_CASES, ids=[f"{a}@{b}" for a, b in TRANSPOSED_CASES])
+def test_matmul_with_transposed_operands(device, ta, tb, sa, sb):
+    # the op the gradients build: op(a) @ op(b), op swapping the last two axes; stored
+    # shapes here are for ta = tb = True, so undo the swap for the flags not set
+    from needle.ops.ops_reduce import MatMul
+    sa = sa if ta else sa[:-2] + sa[-1:] + sa[-2:-1]
+    sb = sb if tb else sb[:-2] + sb[-1:] + sb[-2:-1]
+    a, b = randn(sa, device), randn(sb, device)
+    swap = lambda x, t: np.swapaxes(x, -1, -2) if t else x  # noqa: E731
+    expected = np.matmul(swap(a.numpy(), ta), swap(b.numpy(), tb))
+    np.testing.assert_allclose(MatMul(ta, tb)(a, b).numpy(), expected, rtol=1e-12)
+    gradient_check(lambda x, y: MatMul(ta, tb)(x, y), a, b)
+
+
+def test_matmul_gradient_is_one_op_per_operand(device):
+    # (a transposed matmul, not a transpose and a matmul: the graph every step rebuilds)
+    from needle.ops.ops_reduce import MatMul
+    a, b = randn((3, 4), device), randn((4, 5), device)
+    (a @ b).backward()
+    for grad, flags in ((a.grad, (False, True)), (b.grad, (True, False))):
+        assert isinstance(grad.op, MatMul) and (grad.op.transpose_a, grad.op.transpose_b) == flags
