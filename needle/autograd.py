@@ -462,6 +462,29 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
                 node_to_output_grads_list.setdefault(inp, []).append(grad)
 
 
+def vjp(output: Value, cotangent: Value, inputs: List[Value]) -> List[Optional[Value]]:
+    """The gradients of sum(output * cotangent) with respect to `inputs`, as Tensors
+    built from ops (so differentiable again), by a reverse pass over the graph between
+    them; no `.grad` is set.  For fused ops whose gradient is itself a fused op: that
+    op's gradient differentiates an unfused reference (see ops_norm.py).  None for an
+    input the output does not depend on or that needs no gradient."""
+    stop = {id(x) for x in inputs}
+    order = postorder([output], lambda n: () if id(n) in stop else n.inputs)
+    pending, found = {id(output): [cotangent]}, {}
+    for node in reversed(order):
+        grads = pending.pop(id(node), None)
+        if grads is None or not node.requires_grad:
+            continue
+        adjoint = sum_node_list(grads)
+        if id(node) in stop:
+            found[id(node)] = adjoint
+        elif node.op is not None:
+            for inp, grad in zip(node.inputs, node.op.gradient_as_tuple(adjoint, node)):
+                if inp.requires_grad and grad is not None:
+                    pending.setdefault(id(inp), []).append(grad)
+    return [found.get(id(x)) for x in inputs]
+
+
 def _cut(adjoint: Value) -> Value:
     """An intermediate's `.grad` (the course keeps one on every node): its value, without
     the backward graph behind it.  That graph reaches back to the node itself (the

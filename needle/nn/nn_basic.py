@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .. import init, ops
+from .. import array_api, init, ops
 from ..autograd import Tensor
 from ..errors import ArgumentError, IndexingError, ShapeError, fmt_shape
 from .nn_module import Module, Parameter
@@ -253,25 +253,23 @@ class BatchNorm1d(Module):
         check_ndim(name, x, 2, "(batch, features)")
         check_features(name, x, self.dim)
         if self.training:
-            batch = x.shape[0]
-            mean = x.sum((0,)) / batch
-            centered = ops.subtract(x, as_row(mean, x))
-            var = (centered * centered).sum((0,)) / batch
-            self.running_mean = self._running(self.running_mean, mean)
-            self.running_var = self._running(self.running_var, var)
+            standardize = ops.Standardize(0, self.eps)
+            normed = standardize(x)
+            self.running_mean = self._running(self.running_mean, standardize.mean)
+            self.running_var = self._running(self.running_var, standardize.var)
         else:
             centered = ops.subtract(x, as_row(self.running_mean, x))
-            var = self.running_var
-        normed = centered / as_row((var + self.eps) ** 0.5, x)
+            normed = centered / as_row((self.running_var + self.eps) ** 0.5, x)
         return as_row(self.weight, x) * normed + as_row(self.bias, x)
 
-    def _running(self, running: Tensor, observed: Tensor) -> Tensor:
-        """(1 - momentum) * running + momentum * observed, on the tensors' data: the
-        statistics need no gradient, so no autograd ops (in lazy mode the same graph
-        nodes at a fraction of the Python).  Assigned to a module attribute, the result
-        is computed with the next schedule (Module.__setattr__)."""
+    def _running(self, running: Tensor, observed) -> Tensor:
+        """(1 - momentum) * running + momentum * observed (an array of the batch's
+        statistics), on the data: the statistics need no gradient, so no autograd ops.
+        Assigned to a module attribute, the result is computed with the next schedule
+        (Module.__setattr__)."""
         m = self.momentum
-        return Tensor.make_const(running._compute_input() * (1 - m) + observed._compute_input() * m)
+        observed = array_api.reshape(observed, running.shape)
+        return Tensor.make_const(running._compute_input() * (1 - m) + observed * m)
 
 
 class BatchNorm2d(BatchNorm1d):
@@ -303,11 +301,7 @@ class LayerNorm1d(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         check_features("LayerNorm1d", x, self.dim)
-        last = len(x.shape) - 1
-        mean = x.sum((last,), keepdims=True) / self.dim
-        centered = ops.subtract(x, mean.broadcast_to(x.shape))
-        var = (centered * centered).sum((last,), keepdims=True) / self.dim
-        normed = centered / ((var + self.eps) ** 0.5).broadcast_to(x.shape)
+        normed = ops.standardize(x, len(x.shape) - 1, self.eps)
         return as_row(self.weight, x) * normed + as_row(self.bias, x)
 
 
