@@ -143,7 +143,7 @@ class JitFunction:
             if step.matches():
                 if len(self.captures) > 1:
                     self.captures.move_to_end(key)
-                result = step.replay(arrays)
+                result = step.replay(arrays, inputs)
                 if result is not STALE:
                     self.replays += 1
                     return result
@@ -153,8 +153,8 @@ class JitFunction:
 
     def _capture(self, key, inputs, args, kwargs):
         roots = state.roots(self.fn, args, kwargs)
-        modules = []
-        slots_before = state.slots(roots, modules)
+        modules, empty = [], []
+        slots_before = state.slots(roots, modules, empty=empty)
         # state still pending from earlier calls (the warm-up's, a plain lazy loop's) becomes
         # buffers the capture reads; else its graph would be folded into the capture, and
         # every replay would start again from the state those calls began with
@@ -172,7 +172,12 @@ class JitFunction:
         finally:
             capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = None, None, None
         gc.collect()
-        step = CapturedStep(recorder, inputs, result, slots_before, roots, modules)
+        if state.added(slots_before, state.slots(roots)):
+            # the call made state it had not (an optimizer's momentum on its first step
+            # with momentum, a hidden state that was None): it ran the first-call branch,
+            # which replays must not repeat; the next call captures from the state now
+            return result
+        step = CapturedStep(recorder, inputs, result, slots_before, roots, modules, empty, state.bindings(self.fn))
         self.captures.setdefault(key, []).append(step)
         self.captures.move_to_end(key)
         while sum(len(v) for v in self.captures.values()) > self.max_captures:

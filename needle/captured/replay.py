@@ -46,9 +46,13 @@ class _Run:
 class CapturedStep:
     """The schedules of one call and the bindings that replay them."""
 
-    def __init__(self, recorder: capture.Recorder, inputs: list, result, slots_before, roots, modules):
+    def __init__(self, recorder: capture.Recorder, inputs: list, result, slots_before, roots, modules,
+                 empty=(), bindings=()):
         self.modules = modules
         self.training = tuple(m.training for m in modules)
+        #: what else a replay needs unchanged (see `matches`): the values the function's
+        #: Python branched on, the slots that held None, the objects its names held
+        self.guards, self.empty, self.bindings = list(recorder.guards), list(empty), list(bindings)
         self.actions = list(recorder.actions)
         self.draws = [(fn, args, kwargs) for fn, args, kwargs, _ in recorder.draws]
         # where each buffer comes from, by the identity of its storage (`_handle`):
@@ -77,7 +81,7 @@ class CapturedStep:
         self.single = ((self.result[1][0][1], self.result[1][0][2], self.result[2])
                        if self.result[0] == "tensor" and self.result[1][0][0] == OUTPUT and self.result[1][1] is None
                        else None)
-        self.holders = self._holders(recorder, outputs, returned)
+        self.holders = self._holders(recorder, outputs, returned, inputs)
         #: a call that is one schedule of inputs, unmoved state and constants, returning
         #: its one output and touching nothing else (an inference step, a loss, a
         #: benchmark's call): per leaf (INPUT, STATE or CONST; the input's number, the
@@ -134,11 +138,15 @@ class CapturedStep:
             return ("dict", [(k, self._template(v, outputs, returned, made_here)) for k, v in value.items()])
         return (CONST, value)
 
-    def _holders(self, recorder, outputs, returned) -> list:
-        """(how to find the Tensor, position in its tuple data or None, where its new
-        value is) for every live Tensor, other than the returned ones, that holds a
-        result of the call; one found in a container is looked up there at each replay."""
+    def _holders(self, recorder, outputs, returned, inputs) -> list:
+        """(how to find the Tensor, position in its tuple data or None, whether it
+        requires grad, where its new value is) for every live Tensor, other than the
+        returned ones, that holds a result of the call.  One found in a container is
+        looked up there at each replay (and made anew there if the slot is empty then:
+        gradients after a `reset_grad()` outside the function); an input's gradient
+        is found on that replay's input (`find` is the input's number)."""
         candidates = [r() for r in recorder.created] + [ref() for ref, _, _ in recorder.readers.values()]
+        input_grads = {id(t.grad): i for i, t in enumerate(inputs) if t.grad is not None}
         holders, seen = [], set()
         for t in candidates:
             if t is None or id(t) in seen or id(t) in returned:
@@ -148,19 +156,28 @@ class CapturedStep:
             for pos, x in enumerate(data if isinstance(data, tuple) else (data,)):
                 found = _locate(x, outputs)
                 if found is not None:
-                    find = self.slot_of[id(t)] if id(t) in self.slot_of else weakref.ref(t)
-                    holders.append((find, pos if isinstance(data, tuple) else None, found))
+                    find = (input_grads[id(t)] if id(t) in input_grads else self.slot_of[id(t)]
+                            if id(t) in self.slot_of else weakref.ref(t))
+                    holders.append((find, pos if isinstance(data, tuple) else None, t.requires_grad, found))
         return holders
 
     # ---- replay ----------------------------------------------------------------------------
     def matches(self) -> bool:
+        """Whether this capture is what the function would do now: its modules in the
+        same train / eval modes, its guards' values the same (an optimizer's momentum
+        still zero or not), the slots that held None still empty, and its names bound
+        to the same objects."""
         for m, training in zip(self.modules, self.training):  # (no generator: every call)
             if m.training != training:
                 return False
-        return True
+        for read, value in self.guards:
+            if read() != value:
+                return False
+        return state.still_empty(self.empty) and not state.rebound(self.bindings)
 
-    def replay(self, arrays: list):
-        """Run the captured schedules on this call's input arrays (realized NDArrays)."""
+    def replay(self, arrays: list, inputs=()):
+        """Run the captured schedules on this call's input arrays (realized NDArrays;
+        `inputs`: their Tensors)."""
         if self.simple is not None:
             return self._replay_simple(arrays)
         draws = []
@@ -176,7 +193,10 @@ class CapturedStep:
             for where, view, layout in run.leaves:
                 kind = where[0]  # (state in a slot, inputs and earlier outputs inline: the most common)
                 if kind == SLOT:
-                    base = realized_array(state.in_slot(where[1], where[2], where[3]))
+                    held = state.in_slot(where[1], where[2], where[3])
+                    if held is None:
+                        return STALE  # the state is gone (set to None): capture again
+                    base = realized_array(held)
                     if _layout(base) != layout:
                         return STALE  # state changed layout since the capture: capture again
                 elif kind == INPUT:
@@ -192,15 +212,25 @@ class CapturedStep:
                 outs.append(run.call(leaves))
                 continue
             outs.append(run.entry.run(leaves, run.scalars_now(), run.device))
-        for find, pos, (where, view, _) in self.holders:
-            t = find() if callable(find) else state.in_slot(*find)
-            if t is not None:
-                new = outs[where[1]][where[2]] if where[0] == OUTPUT else _find(where, arrays, outs, draws)
-                new = new if view is None else new._view(*view)
-                if pos is None:
-                    t._cached_data = new
-                else:
-                    t._cached_data = t._cached_data[:pos] + (new,) + t._cached_data[pos + 1:]
+        for find, pos, requires_grad, (where, view, _) in self.holders:
+            container = None
+            if type(find) is int:  # the gradient of input `find`
+                container, key = state.GradOf(inputs[find]), "grad"
+                t = inputs[find].grad
+            elif callable(find):
+                t = find()
+            else:
+                t, container, key = state.in_slot(*find), find[0], find[1]
+            if t is None and (container is None or pos is not None):
+                continue  # (the Tensor is gone, or its tuple: nothing to update)
+            new = outs[where[1]][where[2]] if where[0] == OUTPUT else _find(where, arrays, outs, draws)
+            new = new if view is None else new._view(*view)
+            if t is None:  # an emptied slot gets the value anew, as a call of the function would
+                container[key] = Tensor.make_const(new, requires_grad=requires_grad)
+            elif pos is None:
+                t._cached_data = new
+            else:
+                t._cached_data = t._cached_data[:pos] + (new,) + t._cached_data[pos + 1:]
         if self.single is not None:
             s, j, requires_grad = self.single
             return Tensor.make_const(outs[s][j], requires_grad=requires_grad)

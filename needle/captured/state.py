@@ -16,30 +16,55 @@ from ..autograd import Tensor
 
 def roots(fn, args, kwargs) -> list:
     roots = list(args) + list(kwargs.values())
-    target = fn
-    if isinstance(target, types.MethodType):
-        roots.append(target.__self__)
-        target = target.__func__
-    elif not isinstance(target, types.FunctionType):
-        roots.append(target)  # a callable object: its attributes hold the state
-    code = getattr(target, "__code__", None)
-    for cell in getattr(target, "__closure__", None) or ():
-        try:
-            roots.append(cell.cell_contents)
-        except ValueError:  # an empty cell
-            pass
-    if code is not None:
-        g = getattr(target, "__globals__", {})
-        roots.extend(g[name] for name in code.co_names if name in g)
+    if isinstance(fn, types.MethodType):
+        roots.append(fn.__self__)
+    elif not isinstance(fn, types.FunctionType):
+        roots.append(fn)  # a callable object: its attributes hold the state
+    roots.extend(obj for _, _, obj in bindings(fn))
     return roots
 
 
-def slots(roots, modules: list = None, limit: int = 200_000) -> list:
+def bindings(fn) -> list:
+    """(closure cell or globals dict, name or None, object) for each object `fn` reaches
+    through its closure and the globals it names.  A replay checks they are the same
+    objects still (`rebound`): a user who binds `model` to a new model gets a new
+    capture, not the old model trained on."""
+    target = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    found = []
+    for cell in getattr(target, "__closure__", None) or ():
+        try:
+            found.append((cell, None, cell.cell_contents))
+        except ValueError:  # an empty cell
+            pass
+    code = getattr(target, "__code__", None)
+    if code is not None:
+        g = getattr(target, "__globals__", {})
+        found.extend((g, name, g[name]) for name in code.co_names if name in g)
+    return found
+
+
+def rebound(bindings) -> bool:
+    """Whether a binding of `bindings` holds another object now."""
+    for where, name, obj in bindings:
+        if name is None:
+            try:
+                if where.cell_contents is not obj:
+                    return True
+            except ValueError:
+                return True
+        elif where.get(name, where) is not obj:
+            return True
+    return False
+
+
+def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None) -> list:
     """(container, key, value) for every Tensor (or tuple of them) held in a dict, a
     list or an object's attributes reachable from `roots` (modules, optimizers, user
     objects), so that a value the call replaced can be matched with its successor.
     The Modules met on the way are appended to `modules` (their `training` flags
-    select a capture)."""
+    select a capture), and the (container, key) of each None value to `empty` (state
+    not made yet, such as a hidden state the function starts from zeros when it is
+    None: a replay needs it None still)."""
     from ..nn import Module
     found, seen, stack = [], set(), [(r, 0) for r in roots]
     while stack and len(seen) < limit:
@@ -63,15 +88,34 @@ def slots(roots, modules: list = None, limit: int = 200_000) -> list:
         else:
             continue
         for key, value in items:
-            if isinstance(value, Tensor) or (isinstance(value, tuple) and value and
+            if value is None:
+                if empty is not None:
+                    empty.append((obj, key))
+            elif isinstance(value, Tensor) or (isinstance(value, tuple) and value and
                                              all(isinstance(v, Tensor) for v in value)):
                 found.append((obj, key, value))
                 for t in (value if isinstance(value, tuple) else (value,)):
-                    if isinstance(t.__dict__.get("grad"), Tensor):  # a parameter's gradient
-                        found.append((t.__dict__, "grad", t.__dict__["grad"]))
+                    if isinstance(t.grad, Tensor):  # a parameter's gradient
+                        found.append((GradOf(t), "grad", t.grad))
             else:
                 stack.append((value, depth + 1))
     return found
+
+
+class GradOf:
+    """A Tensor's `.grad` (an attribute slot, not in a `__dict__`) as a container of
+    one key, so a gradient is found and set like any other state."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __getitem__(self, key):
+        return self.tensor.grad
+
+    def __setitem__(self, key, value) -> None:
+        self.tensor.grad = value
 
 
 def slot_of(slots) -> dict:
@@ -87,8 +131,30 @@ def slot_of(slots) -> dict:
 
 
 def in_slot(container, key, pos):
-    value = container[key]
-    return value if pos is None else value[pos]
+    """The Tensor in a slot, or None where the slot holds none now (emptied, deleted)."""
+    try:
+        value = container[key]
+        return value if pos is None or value is None else value[pos]
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def still_empty(empty) -> bool:
+    """Whether every (container, key) of `empty` (see `slots`) holds None or nothing."""
+    for container, key in empty:
+        try:
+            if container[key] is not None:
+                return False
+        except (KeyError, IndexError):
+            pass
+    return True
+
+
+def added(before, after) -> bool:
+    """Whether `after` (slots) holds state in a place `before` held none (a new key,
+    or a None replaced), gradients aside (a call makes those anew each time)."""
+    had = {(id(container), key) for container, key, _ in before}
+    return any((id(container), key) not in had for container, key, _ in after if not isinstance(container, GradOf))
 
 
 def replacements(slots) -> dict:

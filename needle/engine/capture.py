@@ -10,6 +10,8 @@ layers below report to it, each through one cheap check on its own path:
   hold their graph);
 - `draw(fn, args, kwargs, tensor)`: a random tensor was drawn (init);
 - `on_replay(callback)`: Python state a replay must advance (Adam's step count);
+- `guard(read)`: a value the function's Python branched on (an optimizer's momentum
+  being zero or not); a replay runs only while `read()` still gives it;
 - `host(fn, inputs, outputs, device)`: a host computation between schedules (the
   all-reduce of data-parallel training), replayed on each replay's buffers;
 - `host_read(what)`: a value is about to be read back to Python, which a capture
@@ -87,6 +89,7 @@ class Recorder:
         self.created = []         # ... and weak references to them
         self.actions = []         # ("draw", index) | ("call", callback), in call order
         self.draws = []           # (fn, args, kwargs, NDArray drawn)
+        self.guards = []          # (read, value): replays need read() == value
 
     def mine(self) -> bool:
         return threading.get_ident() == self.thread
@@ -118,6 +121,9 @@ class Recorder:
     def call(self, callback) -> None:
         self.actions.append(("call", callback))
 
+    def guard(self, read) -> None:
+        self.guards.append((read, read()))
+
 
 def read_state(tensor, data) -> None:
     r = CURRENT
@@ -143,6 +149,17 @@ def on_replay(callback) -> None:
     r = CURRENT
     if r is not None and r.mine():
         r.call(callback)
+
+
+def guard(read) -> None:
+    """Have replays of the step being captured run only while `read()` (a cheap,
+    comparable value) equals what it is now: for a branch the function's Python took
+    on a value a replay would not see change (`if self.momentum:` in an optimizer),
+    so that a new value makes a new capture instead of replaying the old branch.
+    A no-op when nothing is being captured."""
+    r = CURRENT
+    if r is not None and r.mine():
+        r.guard(read)
 
 
 def host_read(what: str) -> None:

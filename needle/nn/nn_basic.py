@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import array_api, init, ops
 from ..autograd import Tensor
+from ..engine import capture
 from ..errors import ArgumentError, IndexingError, ShapeError, fmt_shape
 from .nn_module import Module, Parameter
 
@@ -252,6 +253,7 @@ class BatchNorm1d(Module):
         name = type(self).__name__
         check_ndim(name, x, 2, "(batch, features)")
         check_features(name, x, self.dim)
+        capture.guard(lambda: (self.eps, self.momentum))  # (constants of a captured step)
         if self.training:
             standardize = ops.Standardize(0, self.eps)
             normed = standardize(x)
@@ -321,6 +323,7 @@ class Dropout(Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training:
             return x
+        capture.guard(lambda: self.p)  # (a replay keeps the p it was captured with)
         # drawn even for p == 0, so the RNG stream matches the course's
         mask = init.randb(*x.shape, p=1 - self.p, dtype=x.dtype, device=x.device)
         if self.p == 1:

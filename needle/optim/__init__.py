@@ -73,6 +73,9 @@ class Optimizer:
 
     def step(self) -> None:
         """Apply one update to every parameter that has a gradient."""
+        # a captured step replays the branches taken now: a hyperparameter that turns
+        # a branch on or off (momentum 0 -> 0.9) must make a new capture
+        _capture.guard(self._branches)
         self._begin_step()
         self._step_scalars = {}  # this step's run-time scalars (t, lr), by expression
         updated = []
@@ -156,8 +159,9 @@ class Optimizer:
         for key in self._hyper_names:
             if key in groups[0]:
                 self.param_groups[0][key] = groups[0][key]
-        for key, tensors in restored.items():
-            setattr(self, key, tensors)
+        for key, tensors in restored.items():  # (in place: a captured step holds these dicts)
+            getattr(self, key).clear()
+            getattr(self, key).update(tensors)
         self._load_scalar_state([entry for entry in state.values()])
 
     def _scalar_state(self) -> dict:
@@ -167,6 +171,11 @@ class Optimizer:
         pass
 
     # ---- for subclasses -----------------------------------------------------------------
+    def _branches(self) -> tuple:
+        """The hyperparameters' values that select code in `_update` (zero or not)."""
+        return (bool(getattr(self, "weight_decay", 0)), bool(getattr(self, "momentum", 0)),
+                bool(getattr(self, "centered", False)))
+
     def _begin_step(self) -> None:
         """Hook run once per step before the per-parameter updates (Adam's t += 1)."""
 

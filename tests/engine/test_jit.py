@@ -424,3 +424,160 @@ def test_replays_of_one_schedule_with_different_constant_scalars():
             np.testing.assert_array_equal(f3().numpy(), x_np * 3.5 + 1)
     (s2,), (s3,) = [[s for steps in f.captures.values() for s in steps] for f in (f2, f3)]
     assert s2.runs[0].entry is s3.runs[0].entry and s2.simple is not None
+
+
+# ---- state that moves between calls (each case silently trained wrong before) ---------------
+def _small_model(seed=0):
+    np.random.seed(seed)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def _data(i, n=5):
+    rng = np.random.default_rng(i)
+    return (ndl.Tensor(rng.standard_normal((n, 6)).astype("float32"), requires_grad=False),
+            ndl.Tensor(rng.integers(0, 3, n).astype("float32"), requires_grad=False))
+
+
+def _both(run):
+    """run(use_jit) -> list of arrays, plain and jitted, compared bit for bit."""
+    with ndl.lazy(True):
+        assert_bitwise(run(False), run(True))
+
+
+def test_gradients_reset_outside_the_function_are_set_by_every_replay():
+    # forward + backward captured; reset_grad, clipping and the step outside
+    def run(use_jit):
+        model = _small_model()
+        opt = optim.SGD(model.parameters(), lr=0.5)
+
+        def grads(x, y):
+            loss = nn.SoftmaxLoss()(model(x), y)
+            loss.backward()
+            return loss
+        fn = ndl.jit(grads) if use_jit else grads
+        out = []
+        for i in range(6):
+            x, y = _data(i)
+            x.requires_grad = True
+            opt.reset_grad()
+            out.append(fn(x, y).numpy().copy())
+            assert model.parameters()[0].grad is not None and x.grad is not None, i
+            out.append(x.grad.numpy().copy())
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        return out + [p.numpy().copy() for p in model.parameters()]
+    _both(run)
+
+
+@pytest.mark.parametrize("make,change", [
+    (lambda p: optim.SGD(p, lr=0.1), lambda o: setattr(o, "momentum", 0.9)),
+    (lambda p: optim.SGD(p, lr=0.1), lambda o: setattr(o, "weight_decay", 0.5)),
+    (lambda p: optim.Adam(p, lr=0.01), lambda o: setattr(o, "weight_decay", 0.5)),
+    (lambda p: optim.RMSprop(p, lr=0.01), lambda o: setattr(o, "centered", True)),
+    (lambda p: optim.RMSprop(p, lr=0.01), lambda o: setattr(o, "momentum", 0.5)),
+], ids=["sgd-momentum", "sgd-weight-decay", "adam-weight-decay", "rmsprop-centered", "rmsprop-momentum"])
+def test_a_hyperparameter_turned_on_between_calls_is_used(make, change):
+    def run(use_jit):
+        model = _small_model()
+        opt = make(model.parameters())
+
+        def step(x, y):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        fn = ndl.jit(step) if use_jit else step
+        out = []
+        for i in range(8):
+            if i == 4:
+                change(opt)
+            out.append(fn(*_data(0)).numpy().copy())
+        return out + [p.numpy().copy() for p in model.parameters()]
+    _both(run)
+
+
+def test_optimizer_load_state_dict_after_a_capture_is_what_replays_use():
+    def run(use_jit):
+        model = _small_model()
+        opt = optim.Adam(model.parameters(), lr=0.05)
+
+        def step(x, y):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        fn = ndl.jit(step) if use_jit else step
+        out = [fn(*_data(i)).numpy().copy() for i in range(3)]
+        saved = ({k: v.detach() for k, v in model.state_dict().items()}, opt.state_dict())
+        out += [fn(*_data(i)).numpy().copy() for i in range(3, 6)]
+        model.load_state_dict(saved[0])
+        opt.load_state_dict(saved[1])
+        out += [fn(*_data(i)).numpy().copy() for i in range(3, 6)]
+        assert all(np.array_equal(a, b) for a, b in zip(out[3:6], out[6:9]))  # resumed exactly
+        return out + [t.numpy().copy() for t in opt.m.values()]
+    _both(run)
+
+
+def test_state_set_to_none_between_calls_is_started_again():
+    class Stateful(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell = nn.RNNCell(6, 4)
+            self.h = None
+
+        def forward(self, x):
+            self.h = self.cell(x, self.h)
+            return self.h.sum()
+
+    def run(use_jit):
+        np.random.seed(0)
+        model = Stateful()
+        fn = ndl.jit(model.forward) if use_jit else model.forward
+        out = []
+        for i in range(9):
+            if i in (1, 5):
+                model.h = None  # a new sequence
+            out.append(fn(_data(i)[0]).numpy().copy())
+        return out
+    _both(run)
+
+
+def test_rebinding_the_objects_a_step_names_captures_again():
+    def run(use_jit):
+        scope = {}
+        exec("def step(x, y):\n"
+             "    opt.reset_grad()\n"
+             "    loss = loss_fn(model(x), y)\n"
+             "    loss.backward()\n"
+             "    opt.step()\n"
+             "    return loss\n", scope)
+        fn = ndl.jit(scope["step"]) if use_jit else scope["step"]
+        out = []
+        for seed in (0, 1):  # a second model and optimizer bound to the same names
+            scope["model"] = _small_model(seed)
+            scope["opt"] = optim.SGD(scope["model"].parameters(), lr=0.1)
+            scope["loss_fn"] = nn.SoftmaxLoss()
+            out += [fn(*_data(i)).numpy().copy() for i in range(4)]
+            out += [p.numpy().copy() for p in scope["model"].parameters()]
+        return out
+    _both(run)
+
+
+def test_dropout_probability_changed_between_calls_is_used():
+    def run(use_jit):
+        model = _small_model()
+        drop = nn.Dropout(0.1)
+
+        def f(x):
+            return drop(model(x)).sum()
+        fn = ndl.jit(f) if use_jit else f
+        np.random.seed(5)
+        out = []
+        for i in range(6):
+            if i == 3:
+                drop.p = 0.6
+            out.append(fn(_data(i)[0]).numpy().copy())
+        return out
+    _both(run)
