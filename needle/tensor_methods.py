@@ -38,12 +38,24 @@ def _check_sub(a, b) -> None:
 
 class TensorMethods:
     __slots__ = ()
+    #: numpy scalars and arrays on the left of an operator defer to ours (`np.float32(2) * x`
+    #: is a Tensor, with its gradient), as they do for torch tensors
+    __array_priority__ = 1000
 
     def _other(self, other):
-        """Wrap an array-like operand as a constant tensor on this device."""
+        """Wrap an array-like operand as a constant tensor on this device (in this
+        tensor's dtype: fractions meeting an integer tensor are refused, not cut)."""
         if isinstance(other, TensorMethods):
             return other
-        return type(self)(other, device=self.device, dtype=self.dtype, requires_grad=False)
+        dtype = self.dtype
+        if dtype not in ("float32", "float64") and numpy.asarray(other).dtype.kind in "fc":
+            from .backend_selection import BACKEND
+            if BACKEND != "np":  # (the np backend promotes, as numpy does)
+                from .errors import DTypeError
+                raise DTypeError(f"a {dtype} tensor {tuple(self.shape)} and a floating operand: cast the tensor "
+                                 "first (x.astype('float32')); the values would be cut to integers")
+            dtype = None
+        return type(self)(other, device=self.device, dtype=dtype, requires_grad=False)
 
     # ---- operators ----------------------------------------------------------------------
     def __add__(self, other):

@@ -450,3 +450,18 @@ def test_hw1_gradient_checks_pass_under_the_numpy_backend():
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.parametrize("expr", ["np.float32(2) * x", "np.float64(1) - x", "np.float32(1) + x", "np.float32(3) / x",
+                                  "np.ones(3, np.float32) + x", "np.full(3, 2, np.float32) * x"])
+def test_numpy_scalars_and_arrays_on_the_left_give_tensors_with_gradients(expr):
+    # (numpy's operators took the Tensor for an array: an ndarray came back, the graph lost)
+    x = ndl.Tensor(np.array([1.0, 2.0, 4.0], dtype=np.float32))
+    out = eval(expr, {"np": np, "x": x})
+    assert isinstance(out, ndl.Tensor)
+    out.sum().backward()
+    h = 1e-3  # the gradient against central differences of the same expression in numpy
+    xs = np.array([1.0, 2.0, 4.0])
+    f = lambda v: float(np.sum(eval(expr.replace("np.float32", "np.float64"), {"np": np, "x": v})))  # noqa: E731
+    expected = [(f(xs + h * e) - f(xs - h * e)) / (2 * h) for e in np.eye(3)]
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-3)

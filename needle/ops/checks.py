@@ -13,6 +13,18 @@ def check_scalar(op: str, scalar):
     return scalar
 
 
+def check_scalar_fits(op: str, a, scalar) -> None:
+    """A fractional scalar meeting an integer array: NDArray would cut the scalar to an
+    integer without a word (`t * 2.5` as `t * 2`); needle refuses, as for division.
+    (numpy arrays, the np backend, promote as numpy does.)"""
+    kind = getattr(a.dtype, "kind", None)
+    if kind is not None or a.dtype in FLOATS or isinstance(scalar, numbers.Integral):
+        return
+    if not float(scalar).is_integer():
+        raise DTypeError(f"{op}: a {a.dtype} operand {fmt_shape(a.shape)} and the fractional scalar {scalar!r}; "
+                         "cast the tensor first (x.astype('float32'))")
+
+
 def require_float(op: str, a) -> None:
     """Ops defined only on floats say so under their own name, on every backend (numpy
     would compute an integer mean or sigmoid in float64 without a word)."""

@@ -113,8 +113,17 @@ def argmin(a: Tensor, axis=None, keepdims: bool = False) -> Tensor:
 
 # ---- reductions -------------------------------------------------------------------------------
 def amin(a: Tensor, axes=None, keepdims: bool = False) -> Tensor:
-    """Minimum over axes: -max(-a) (the gradient is shared among tied minima)."""
-    return -reduce_max(-a, axes, keepdims=keepdims)
+    """Minimum over axes: -max(-a) for floats (the gradient is shared among tied
+    minima).  Integers go through top - a, top = 255 for uint8 and -1 otherwise,
+    which maps every value into range (-a does not: -0 - 1 wraps in uint8, -(-2**31)
+    in int32); bools through uint8."""
+    if a.dtype in FLOATS:
+        return -reduce_max(-a, axes, keepdims=keepdims)
+    if a.dtype == "bool":
+        return astype(amin(astype(a, "uint8"), axes, keepdims), "bool")
+    top = 255 if a.dtype == "uint8" else -1
+    with np.errstate(over="ignore"):  # (the np backend's 0-d results warn of the intended wrap)
+        return top - reduce_max(top - a, axes, keepdims=keepdims)
 
 
 def var(a: Tensor, axes=None, keepdims: bool = False, correction: int = 1) -> Tensor:

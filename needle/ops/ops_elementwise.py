@@ -11,7 +11,7 @@ import numpy
 from .. import array_api as A
 from ..autograd import TensorOp
 from ..dtypes import dtype_name
-from .checks import check_scalar as _check_real, require_float
+from .checks import check_scalar as _check_real, check_scalar_fits, require_float
 from .ops_reduce import unbroadcast
 
 
@@ -102,6 +102,7 @@ class AddScalar(TensorOp):
         self.scalar = check_scalar("add_scalar", scalar)
 
     def compute(self, a):
+        check_scalar_fits("add_scalar", a, self.scalar)
         return a + self.scalar
 
     def gradient(self, out_grad, node):
@@ -117,6 +118,7 @@ class MulScalar(TensorOp):
         self.scalar = check_scalar("mul_scalar", scalar)
 
     def compute(self, a):
+        check_scalar_fits("mul_scalar", a, self.scalar)
         return a * self.scalar
 
     def gradient(self, out_grad, node):

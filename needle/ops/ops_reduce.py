@@ -10,6 +10,7 @@ import numbers
 
 from .. import array_api as A
 from ..autograd import Tensor, TensorOp
+from ..dtypes import dtype_name
 from ..errors import ShapeError, fmt_shape
 from ..shapes import int_sequence, normalize_axes
 from .checks import require_float
@@ -48,6 +49,10 @@ def broadcast_to(a, shape):
 
 
 # ---- reductions ---------------------------------------------------------------------------
+#: dtypes whose sums would wrap around in their own type
+_SMALL_INTEGERS = ("bool", "uint8", "int8", "int16", "int32", "uint16", "uint32")
+
+
 class Summation(TensorOp):
     def __init__(self, axes=None, keepdims: bool = False):
         self.axes = axes
@@ -55,6 +60,8 @@ class Summation(TensorOp):
 
     def compute(self, a):
         axes = normalize_axes("summation", self.axes, a.ndim, a.shape)
+        if dtype_name(a.dtype) in _SMALL_INTEGERS:  # summed in int64, as torch (numpy: 64 bits too)
+            a = A.astype(a, "int64")
         return A.summation(a, axis=axes, keepdims=self.keepdims)
 
     def gradient(self, out_grad, node):

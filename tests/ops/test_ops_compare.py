@@ -102,3 +102,19 @@ def test_a_scalar_comparison_is_a_python_condition(device):
     loss = tensor([0.25, 0.5], device).sum()
     assert bool(loss < 1.0) and not (loss > 1.0)
     assert bool(tensor([[1.0]], device))  # a non-empty first axis, as before
+
+
+@pytest.mark.parametrize("dtype,values", [
+    ("uint8", [[0, 3, 7], [5, 1, 255]]),
+    ("int32", [[-2 ** 31, 0, 5], [2 ** 31 - 1, -7, 3]]),
+    ("int64", [[-2 ** 62, 0, 5], [2 ** 62, -7, 3]]),
+    ("bool", [[True, False, True], [True, True, True]]),
+])
+def test_min_of_integers_and_bools_does_not_wrap(device, dtype, values):
+    # (-max(-x) wrapped: uint8 min([0, 3, 7]) was 1, int32 min([-2**31, 0, 5]) was 0)
+    a = np.array(values, dtype=dtype)
+    t = ndl.Tensor(a, device=device, dtype=dtype, requires_grad=False)
+    for axes, keepdims in ((None, False), ((1,), False), ((0,), True)):
+        got = ndl.ops.amin(t, axes, keepdims)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got.numpy(), np.min(a, axis=axes, keepdims=keepdims))

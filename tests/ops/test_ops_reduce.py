@@ -205,3 +205,16 @@ def test_logsoftmax_with_minus_infinity(device):
     out.backward(out_grad)
     # d/dz_i sum_j g_j lsm_j = g_i - softmax_i * sum_j g_j
     np.testing.assert_allclose(x.grad.numpy(), [[0.0, 1.0 - 1.5, 2.0 - 1.5], [0.5, 0.0, -0.5]])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "bool"])
+def test_integer_and_bool_sums_are_int64_and_do_not_wrap(device, dtype):
+    # (uint8: 100 nines summed to 132; torch and numpy sum small integers in 64 bits)
+    a = np.full((100, 3), True if dtype == "bool" else 9, dtype=dtype)
+    if dtype == "int32":
+        a[:, 1] = 2 ** 30
+    t = ndl.Tensor(a, device=device, dtype=dtype, requires_grad=False)
+    for axes in (None, (0,), (1,)):
+        got = t.sum(axes)
+        assert got.dtype == "int64"
+        np.testing.assert_array_equal(got.numpy(), np.sum(a.astype(np.int64), axis=axes))
