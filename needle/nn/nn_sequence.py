@@ -30,6 +30,15 @@ def _check_state(module: str, h: Tensor, expected: tuple, what: str) -> None:
         raise ShapeError(f"{module}: {what} must have shape {fmt_shape(expected)}, got {fmt_shape(h.shape)}")
 
 
+def _state_pair(name: str, h) -> tuple:
+    """An LSTM's (h, c) state, or an error naming the module (one Tensor alone was
+    unpacked along its first axis, or failed with "not enough values to unpack")."""
+    if not isinstance(h, (tuple, list)) or len(h) != 2:
+        raise ArgumentError(f"{name}: the state must be a pair (h, c) of Tensors or None, got "
+                            f"{type(h).__name__}{' of shape ' + fmt_shape(h.shape) if isinstance(h, Tensor) else ''}")
+    return tuple(h)
+
+
 def _unstack(x: Tensor, axis: int = 0) -> List[Tensor]:
     """The slices of x along `axis` (dropped), as a list of tensors: basic-index views,
     each with a one-piece gradient (split's tuple gradient would pad every slice's
@@ -108,7 +117,7 @@ class LSTMCell(Module):
         check_ndim("LSTMCell", X, 2, "(batch, input_size)")
         check_features("LSTMCell", X, self.input_size)
         bs, hidden = X.shape[0], self.hidden_size
-        h0, c0 = (None, None) if h is None else h
+        h0, c0 = (None, None) if h is None else _state_pair(type(self).__name__, h)
         h0 = init.zeros(bs, hidden, device=X.device, dtype=X.dtype) if h0 is None else h0
         c0 = init.zeros(bs, hidden, device=X.device, dtype=X.dtype) if c0 is None else c0
         _check_state("LSTMCell", h0, (bs, hidden), "h")
@@ -184,7 +193,7 @@ class LSTM(_Recurrent):
 
     def forward(self, X: Tensor, h: Optional[Tuple[Tensor, Tensor]] = None) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         self._check_input(X)
-        h0, c0 = (None, None) if h is None else h
+        h0, c0 = (None, None) if h is None else _state_pair(type(self).__name__, h)
         hs, cs = self._initial(h0, X, "h0"), self._initial(c0, X, "c0")
         inputs = _unstack(X)
         h_n, c_n = [], []
