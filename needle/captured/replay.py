@@ -63,6 +63,9 @@ class CapturedStep:
         for k, (_, _, _, array) in enumerate(recorder.draws):
             sources.setdefault(id(array._handle), ((DRAW, k), array))
         self._state_sources(recorder, slots_before, roots, sources)
+        #: (input number, check) for each check of an input's values made during the call
+        self.checks = [(sources[id(a._handle)][0][1], fn) for a, fn in recorder.checks
+                       if sources.get(id(getattr(a, "_handle", None)), ((None,),))[0][0] == INPUT]
         outputs = {}
         self.runs = []
         for s, run in enumerate(recorder.runs):
@@ -178,6 +181,8 @@ class CapturedStep:
     def replay(self, arrays: list, inputs=()):
         """Run the captured schedules on this call's input arrays (realized NDArrays;
         `inputs`: their Tensors)."""
+        for i, check in self.checks:  # (bad labels raise here, as without needle.jit)
+            check(host_values(arrays[i]))
         if self.simple is not None:
             return self._replay_simple(arrays)
         draws = []

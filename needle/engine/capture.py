@@ -12,6 +12,8 @@ layers below report to it, each through one cheap check on its own path:
 - `on_replay(callback)`: Python state a replay must advance (Adam's step count);
 - `guard(read)`: a value the function's Python branched on (an optimizer's momentum
   being zero or not); a replay runs only while `read()` still gives it;
+- `check(array, fn)`: a check of input data (labels in range), which a replay
+  repeats on its own input's values;
 - `host(fn, inputs, outputs, device)`: a host computation between schedules (the
   all-reduce of data-parallel training), replayed on each replay's buffers;
 - `host_read(what)`: a value is about to be read back to Python, which a capture
@@ -90,6 +92,7 @@ class Recorder:
         self.actions = []         # ("draw", index) | ("call", callback), in call order
         self.draws = []           # (fn, args, kwargs, NDArray drawn)
         self.guards = []          # (read, value): replays need read() == value
+        self.checks = []          # (NDArray checked, fn(numpy values)), in call order
 
     def mine(self) -> bool:
         return threading.get_ident() == self.thread
@@ -160,6 +163,16 @@ def guard(read) -> None:
     r = CURRENT
     if r is not None and r.mine():
         r.guard(read)
+
+
+def check(array, fn) -> None:
+    """Have replays of the step being captured call `fn(values)` on the host values of
+    the input that `array` (an NDArray the function checked on the host: labels, index
+    values) is at that replay, so bad data raises as it does without needle.jit.
+    A no-op when nothing is being captured."""
+    r = CURRENT
+    if r is not None and r.mine():
+        r.checks.append((array, fn))
 
 
 def host_read(what: str) -> None:

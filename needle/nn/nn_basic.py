@@ -198,6 +198,7 @@ def _checked_labels(module: str, y: Any, classes: int) -> np.ndarray:
         if getattr(data, "is_lazy", False) and data.realized is None:
             return None
         y = y.realize_cached_data()  # already computed: a look, not a computation
+        capture.check(y, lambda values: _checked_labels(module, values, classes))  # (at each replay too)
     values = np.asarray(y.numpy() if hasattr(y, "numpy") else y).reshape(-1)
     if values.size and np.any(values != np.floor(values)):
         bad = values[values != np.floor(values)][0]

@@ -19,6 +19,7 @@ from .. import array_api as A
 from ..autograd import Tensor, TensorOp
 from ..backend_ndarray import numpy_kernels as NK
 from ..dtypes import np_dtype
+from ..engine import capture
 from ..errors import DTypeError, IndexingError, ShapeError, fmt_shape
 from .ops_movement import getitem
 from .ops_shape import permute, reshape
@@ -87,6 +88,7 @@ def _index_tensor(i, device, op: str, size=None) -> Tensor:
         known = _computed_values(i)
         if known is not None:
             _check_range(op, known, size, " (a Tensor index)")
+            capture.check(i.realize_cached_data(), lambda v: _check_range(op, v, size, " (a Tensor index)"))
         return i.const_of()
     arr = np.asarray(i.numpy() if hasattr(i, "numpy") else i)
     if arr.size == 0:

@@ -581,3 +581,21 @@ def test_dropout_probability_changed_between_calls_is_used():
             out.append(fn(_data(i)[0]).numpy().copy())
         return out
     _both(run)
+
+
+def test_bad_labels_and_ids_raise_at_a_replay_as_without_jit():
+    # (a replay clamped them: label 7 of 3 classes trained on class 2)
+    with ndl.lazy(True):
+        model, emb = _small_model(), nn.Embedding(5, 6)
+        loss = ndl.jit(lambda x, y: nn.SoftmaxLoss()(model(x), y))
+        lookup = ndl.jit(lambda ids: emb(ids).sum())
+        x, y = _data(0)
+        ids = ndl.Tensor(np.array([[0, 1], [4, 2]], "float32"), requires_grad=False)
+        for _ in range(3):
+            loss(x, y), lookup(ids)
+        assert loss.replays == 1 and lookup.replays == 1
+        with pytest.raises(ndl.errors.IndexingError, match="label 7 is out of range for 3 classes"):
+            loss(x, ndl.Tensor(np.array([0, 7, 1, 1, 2], "float32"), requires_grad=False))
+        with pytest.raises(ndl.errors.IndexingError, match="index 9 is out of bounds for an axis of size 5"):
+            lookup(ndl.Tensor(np.array([[0, 9], [1, 1]], "float32"), requires_grad=False))
+        assert float(loss(x, y).numpy()) > 0 and loss.replays == 2  # good labels replay again
