@@ -11,7 +11,7 @@ import numpy as np
 
 from .dtypes import np_dtype
 from .errors import ShapeError, fmt_shape
-from .shapes import normalize_axes
+from .shapes import infer_reshape, normalize_axes
 
 
 def _np(a) -> bool:
@@ -36,8 +36,18 @@ def sigmoid(a):
 
 
 def maximum(a, b): return np.maximum(a, b) if _np(a) else a.maximum(b)
-def reshape(a, shape): return a.reshape(shape)
-def broadcast_to(a, shape): return np.broadcast_to(a, shape) if _np(a) else a.broadcast_to(shape)
+def reshape(a, shape): return a.reshape(infer_reshape(a.shape, shape) if _np(a) else shape)
+
+
+def broadcast_to(a, shape):
+    if not _np(a):
+        return a.broadcast_to(shape)
+    try:
+        return np.broadcast_to(a, shape)
+    except ValueError:  # (numpy's message names no op)
+        raise ShapeError(f"broadcast_to: cannot broadcast {fmt_shape(a.shape)} to {fmt_shape(tuple(shape))}") from None
+
+
 def permute(a, axes): return np.transpose(a, axes) if _np(a) else a.permute(axes)
 def flip(a, axes): return np.flip(a, axes) if _np(a) else a.flip(axes)
 def matmul(a, b): return a @ b

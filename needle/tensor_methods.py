@@ -29,11 +29,13 @@ def _is_scalar(x) -> bool:
     return isinstance(x, (numbers.Number, numpy.number)) and not isinstance(x, (bool, complex))
 
 
-def _check_sub(a, b) -> None:
-    """`a - b` is built as add(a, negate(b)); bad shapes are still reported as `sub`."""
+def _check_shapes(op: str, a, b) -> None:
+    """Shapes that do not broadcast, reported under the operator's name before any op
+    runs: `a - b` is built as add(a, negate(b)), and with NEEDLE_BACKEND=np numpy's own
+    ValueError named no op."""
     if a.shape != b.shape:
         from .shapes import broadcast_shapes
-        broadcast_shapes("sub", a.shape, b.shape)
+        broadcast_shapes(op, a.shape, b.shape)
 
 
 class TensorMethods:
@@ -61,45 +63,57 @@ class TensorMethods:
     def __add__(self, other):
         if _is_scalar(other):
             return _ops().add_scalar(self, other)
-        return _ops().add(self, self._other(other))
+        other = self._other(other)
+        _check_shapes("add", self, other)
+        return _ops().add(self, other)
 
     def __sub__(self, other):
         if _is_scalar(other):
             return _ops().add_scalar(self, -other)
         # the course builds a - b as add(a, negate(b)); its topological-order tests count on it
         other = self._other(other)
-        _check_sub(self, other)
+        _check_shapes("sub", self, other)
         return _ops().add(self, _ops().negate(other))
 
     def __rsub__(self, other):
         if _is_scalar(other):
             return _ops().add_scalar(_ops().negate(self), other)
         other = self._other(other)
-        _check_sub(other, self)
+        _check_shapes("sub", other, self)
         return _ops().add(other, _ops().negate(self))
 
     def __mul__(self, other):
         if _is_scalar(other):
             return _ops().mul_scalar(self, other)
-        return _ops().multiply(self, self._other(other))
+        other = self._other(other)
+        _check_shapes("mul", self, other)
+        return _ops().multiply(self, other)
 
     def __truediv__(self, other):
         if _is_scalar(other):
             return _ops().divide_scalar(self, other)
-        return _ops().divide(self, self._other(other))
+        other = self._other(other)
+        _check_shapes("div", self, other)
+        return _ops().divide(self, other)
 
     def __rtruediv__(self, other):
         if _is_scalar(other):
             return _ops().rdivide_scalar(self, other)
-        return _ops().divide(self._other(other), self)
+        other = self._other(other)
+        _check_shapes("div", other, self)
+        return _ops().divide(other, self)
 
     def __pow__(self, other):
         if _is_scalar(other):
             return _ops().power_scalar(self, other)
-        return _ops().power(self, self._other(other))
+        other = self._other(other)
+        _check_shapes("pow", self, other)
+        return _ops().power(self, other)
 
     def __rpow__(self, other):
-        return _ops().power(self._other(other), self)
+        other = self._other(other)
+        _check_shapes("pow", other, self)
+        return _ops().power(other, self)
 
     def __matmul__(self, other):
         return _ops().matmul(self, self._other(other))

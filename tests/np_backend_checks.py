@@ -76,4 +76,15 @@ assert ndl.Tensor(np.float32(R(2, 2))).dtype == "float32"
 assert (ndl.Tensor(np.float32(R(2, 2))) * 2.5 + 1).dtype == "float32"
 assert ndl.Tensor(R(2, 2), dtype="float32").dtype == "float32"
 assert ndl.Tensor([1, 2]).dtype == "int64"
+# shape errors name the op (numpy's ValueError named none), and an int tensor meeting a float
+# array promotes as numpy does (it was cut to ints)
+for expr, says in (("a + b", "add"), ("a * b", "mul"), ("a / b", "div"), ("a ** b", "pow"), ("a - b", "sub"),
+                   ("a.reshape((5,))", "reshape"), ("a.broadcast_to((4, 3))", "broadcast_to")):
+    try:
+        eval(expr, {"a": ndl.Tensor(R(2, 3)), "b": ndl.Tensor(R(3, 4))})
+        raise AssertionError(f"{expr}: no error")
+    except ndl.errors.ShapeError as e:
+        assert str(e).startswith(says), (expr, str(e))
+promoted = ndl.Tensor(np.array([1, -2, 3], np.int32), dtype="int32") + np.array([1.5])
+np.testing.assert_array_equal(promoted.numpy(), [2.5, -0.5, 4.5])
 print("ok")

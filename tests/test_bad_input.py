@@ -197,6 +197,8 @@ CASES = [
     case("rnn_state", lambda: nn.RNN(3, 4)(T(5, 2, 3), T(1, 2, 5)), ShapeError, "RNN", r"\(1, 2, 5\)"),
     case("rnncell_features", lambda: nn.RNNCell(3, 4)(T(2, 5)), ShapeError, "RNNCell", r"\(2, 5\)"),
     case("lstm_features", lambda: nn.LSTM(3, 4)(T(5, 2, 7)), ShapeError, "LSTM", r"\(5, 2, 7\)"),
+    case("transformer_embedding_width", lambda: nn.Transformer(12, 16, 1, num_head=2, dim_head=6, batch_first=True)(
+        T(2, 5, 16)), ShapeError, "Transformer", "embedding_size=12", r"\(2, 5, 16\)"),
     case("lstm_state_not_a_pair", lambda: nn.LSTM(3, 4)(T(5, 2, 3), T(1, 2, 4)), ArgumentError, "LSTM", "pair",
          r"\(1, 2, 4\)"),
     case("lstmcell_state_not_a_pair", lambda: nn.LSTMCell(3, 4)(T(2, 3), T(2, 4)), ArgumentError, "LSTMCell",

@@ -176,6 +176,9 @@ class Transformer(Module):
         if not self.batch_first:
             x = ops.transpose(x, (0, 1))
         batch, length, features = x.shape
+        if features != self.embedding_size:
+            raise ShapeError(f"Transformer: expects embeddings of size embedding_size={self.embedding_size}, got "
+                             f"{features} (shape {fmt_shape(x.shape)})")
         if length > self.sequence_len:
             raise ShapeError(f"Transformer: sequence of length {length} is longer than sequence_len "
                              f"{self.sequence_len} (shape {fmt_shape(x.shape)})")

@@ -5,7 +5,6 @@ sum over broadcast axes) is what every broadcasting op's gradient needs.
 """
 from __future__ import annotations
 
-import builtins
 import numbers
 
 from .. import array_api as A
@@ -84,7 +83,9 @@ def mean(a, axes=None, keepdims=False):
     count = 1
     for ax in axes_t:
         count *= a.shape[ax]
-    return summation(a, axes, keepdims) / builtins.max(count, 1)
+    if count == 0:  # the mean of nothing: nan, as numpy and torch
+        return summation(a, axes, keepdims) * float("nan")
+    return summation(a, axes, keepdims) / count
 
 
 class Max(TensorOp):

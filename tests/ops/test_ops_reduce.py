@@ -218,3 +218,11 @@ def test_integer_and_bool_sums_are_int64_and_do_not_wrap(device, dtype):
         got = t.sum(axes)
         assert got.dtype == "int64"
         np.testing.assert_array_equal(got.numpy(), np.sum(a.astype(np.int64), axis=axes))
+
+
+def test_mean_over_nothing_is_nan(device):
+    # (it was 0: the sum divided by max(count, 1)); numpy and torch give nan
+    x = tensor(np.zeros((0, 3)), device)
+    assert np.all(np.isnan(ndl.ops.mean(x, (0,)).numpy())) and ndl.ops.mean(x, (0,)).shape == (3,)
+    assert np.isnan(ndl.ops.mean(x).numpy())
+    np.testing.assert_array_equal(ndl.ops.mean(x, (1,)).numpy(), np.zeros((0,)))
