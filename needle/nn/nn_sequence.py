@@ -123,9 +123,7 @@ class LSTMCell(Module):
         _check_state("LSTMCell", h0, (bs, hidden), "h")
         _check_state("LSTMCell", c0, (bs, hidden), "c")
         gates = optional_bias(self.bias_ih, X @ self.W_ih) + optional_bias(self.bias_hh, h0 @ self.W_hh)
-        i, f, g, o = _unstack(gates.reshape((bs, 4, hidden)), axis=1)
-        c = ops.sigmoid(f) * c0 + ops.sigmoid(i) * ops.tanh(g)
-        return ops.sigmoid(o) * ops.tanh(c), c
+        return ops.lstm_cell(gates, c0)  # (two fused ops: the gates' 13 ops, 25 backward, were built every step)
 
 
 class _Recurrent(Module):

@@ -6,7 +6,8 @@ from .ops_indexing import (Gather, Pick, ScatterAdd, Select, gather, index, pick
 from .ops_logarithmic import LogSoftmax, LogSumExp, logsoftmax, logsumexp  # noqa: F401
 from .ops_mathematic import *  # noqa: F401,F403
 from .ops_mathematic import max, mean, unbroadcast  # noqa: F401
-from .ops_norm import Standardize, StandardizeGradient, standardize  # noqa: F401
+from .ops_norm import Standardize, standardize  # noqa: F401
+from .ops_fused import Fused, FusedGradient, LSTMCellOutput, LSTMCellState, lstm_cell  # noqa: F401
 from .ops_movement import (Concatenate, Dilate, Flip, GetItem, Pad, Scatter, Split, Stack,  # noqa: F401
                            UnDilate, concatenate, dilate, flip, getitem, pad, scatter, split, stack,
                            undilate)

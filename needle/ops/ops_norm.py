@@ -4,25 +4,26 @@ variance: the core of BatchNorm and LayerNorm, as one op whose gradient is one o
 Built from a dozen ops (sums, broadcasts, a subtraction, a power, a division), a
 norm layer cost every lazy step about 15 ops forward and 22 backward to build in
 Python; an MLPResNet step spent most of its graph building there.  The kernels are
-the same either way: `compute` writes the same arithmetic on arrays.  The gradient
-op's own gradient (second order) differentiates an unfused reference made of ops
-(`autograd.vjp`), so higher derivatives stay exact.
+the same either way: `forward` writes the same arithmetic on arrays (a Fused op,
+see ops_fused.py: one op per gradient, the second order through a reference made
+of ops).
 """
 from __future__ import annotations
 
 import numbers
 
 from .. import array_api as A
-from ..autograd import Tensor, TensorOp, vjp
+from ..autograd import Tensor
 from ..errors import ArgumentError
 from ..shapes import normalize_axes
+from .ops_fused import Fused
 from .ops_reduce import broadcast_to, summation
 
 
-class Standardize(TensorOp):
+class Standardize(Fused):
     """(x - mean) / sqrt(var + eps) along `axis`.  After `compute`, `mean` and `var`
     hold that call's statistics as arrays (the axis kept as size 1), for running
-    statistics; they need no gradient."""
+    statistics (they need no gradient) and for the gradient, which reuses them."""
 
     def __init__(self, axis: int, eps: float):
         if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
@@ -31,6 +32,7 @@ class Standardize(TensorOp):
             raise ArgumentError(f"standardize: eps must be a number >= 0, got {eps!r}")
         self.axis, self.eps = axis, eps
         self._mean = self._var = None
+        self._calls = 0  # (an instance called twice recomputes its statistics for the gradient)
 
     @property
     def mean(self):
@@ -40,53 +42,39 @@ class Standardize(TensorOp):
     def var(self):
         return self._var
 
-    def compute(self, x):
-        axis = normalize_axes("standardize", self.axis, x.ndim, x.shape)
-        n = x.shape[axis[0]]
-        mean = A.summation(x, axis=axis, keepdims=True) / n
+    def _axes(self, x) -> tuple:
+        axes = normalize_axes("standardize", self.axis, len(x.shape), x.shape)
+        return axes, x.shape[axes[0]]
+
+    def forward(self, x):
+        axes, n = self._axes(x)
+        mean = A.summation(x, axis=axes, keepdims=True) / n
         centered = x - A.broadcast_to(mean, x.shape)
-        var = A.summation(centered * centered, axis=axis, keepdims=True) / n
+        var = A.summation(centered * centered, axis=axes, keepdims=True) / n
         self._mean, self._var = mean, var
+        self._calls += 1
         return centered / A.broadcast_to((var + self.eps) ** 0.5, x.shape)
 
-    def gradient(self, out_grad, node):
-        return StandardizeGradient(self)(out_grad, node.inputs[0])
-
-
-class StandardizeGradient(TensorOp):
-    """d/dx of Standardize given g = dL/d out: (g - mean(g) - x^ mean(g x^)) / std, the
-    means along the axis, x^ the standardized x.  Reuses the forward's statistics."""
-
-    def __init__(self, forward: Standardize):
-        self.axis, self.eps = forward.axis, forward.eps
-        self._stats = (forward.mean, forward.var)
-
-    def compute(self, g, x):
-        mean, var = self._stats
-        axis = normalize_axes("standardize", self.axis, x.ndim, x.shape)
-        n = x.shape[axis[0]]
+    def vjp(self, k, g, x):
+        """(g - mean(g) - x^ mean(g x^)) / std, the means along the axis, x^ the
+        standardized x (from the forward's statistics when they are x's)."""
+        axes, n = self._axes(x)
+        mean, var = self._mean, self._var
+        if self._calls != 1:
+            mean = A.summation(x, axis=axes, keepdims=True) / n
+            centered = x - A.broadcast_to(mean, x.shape)
+            var = A.summation(centered * centered, axis=axes, keepdims=True) / n
         std = A.broadcast_to((var + self.eps) ** 0.5, x.shape)
         xhat = (x - A.broadcast_to(mean, x.shape)) / std
-        mean_g = A.broadcast_to(A.summation(g, axis=axis, keepdims=True) / n, x.shape)
-        mean_gx = A.broadcast_to(A.summation(g * xhat, axis=axis, keepdims=True) / n, x.shape)
+        mean_g = A.broadcast_to(A.summation(g, axis=axes, keepdims=True) / n, x.shape)
+        mean_gx = A.broadcast_to(A.summation(g * xhat, axis=axes, keepdims=True) / n, x.shape)
         return (g - mean_g - xhat * mean_gx) / std
 
-    def gradient(self, out_grad, node):
-        g, x = node.inputs
-        return tuple(vjp(_reference_gradient(g, x, self.axis, self.eps), out_grad, [g, x]))
-
-
-def _reference_gradient(g: Tensor, x: Tensor, axis: int, eps: float) -> Tensor:
-    """StandardizeGradient's value built from ops, for its own gradient."""
-    axes = normalize_axes("standardize", axis, len(x.shape), x.shape)
-    n = x.shape[axes[0]]
-
-    def mean(t):
-        return broadcast_to(summation(t, axes, keepdims=True) / n, x.shape)
-    centered = x - mean(x)
-    std = broadcast_to((summation(centered * centered, axes, keepdims=True) / n + eps) ** 0.5, x.shape)
-    xhat = centered / std
-    return (g - mean(g) - xhat * mean(g * xhat)) / std
+    def reference(self, x: Tensor) -> Tensor:
+        axes, n = self._axes(x)
+        centered = x - broadcast_to(summation(x, axes, keepdims=True) / n, x.shape)
+        var = summation(centered * centered, axes, keepdims=True) / n
+        return centered / broadcast_to((var + self.eps) ** 0.5, x.shape)
 
 
 def standardize(x, axis: int, eps: float = 1e-5):

@@ -47,7 +47,7 @@ def test_standardize_gradient(device, shape, axis):
 def test_standardize_gradient_is_one_op(device):
     x = randn((5, 3), device)
     ops.standardize(x, 0).backward(tensor(np.random.randn(5, 3), device, requires_grad=False))
-    assert isinstance(x.grad.op, ops.StandardizeGradient)
+    assert isinstance(x.grad.op, ops.FusedGradient) and isinstance(x.grad.op.fused, ops.Standardize)
 
 
 @pytest.mark.parametrize("axis", [0, 1])
@@ -72,3 +72,20 @@ def test_standardize_rejects_bad_axis(device, bad):
 def test_standardize_rejects_axis_out_of_range(device):
     with pytest.raises(ndl.errors.AxisError, match="standardize"):
         ops.standardize(randn((2, 3), device), 2)
+
+
+def test_one_standardize_instance_called_twice_differentiates_each_call(device):
+    op = ops.Standardize(1, 1e-3)
+    a, b = randn((3, 4), device), randn((3, 4), device)
+    out = op(a) * 2 + op(b)
+    w = np.random.randn(3, 4)
+    out.backward(tensor(w, device, requires_grad=False))
+    for x, scale in ((a, 2.0), (b, 1.0)):
+        x0 = x.numpy().astype(np.float64)
+        def f(v):
+            return np.sum(w * scale * reference(v, 1, 1e-3)[0])
+        num = np.zeros_like(x0)
+        for j in range(x0.size):
+            e = np.zeros_like(x0); e.flat[j] = 1e-6
+            num.flat[j] = (f(x0 + e) - f(x0 - e)) / 2e-6
+        np.testing.assert_allclose(x.grad.numpy(), num, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,113 @@
+"""Fused ops: a few ops' worth of array code as one op, with one op per gradient.
+
+In lazy mode every op of a step is built again in Python at every step, and an
+LSTM cell's gates (slices, sigmoids, tanhs, products) cost about 13 ops forward and
+25 backward (each slice's gradient a scatter, the four summed).  A fused op writes
+the same arithmetic on arrays (`forward`; the kernels are the same), its gradient
+with respect to input k is one op (`vjp`), and that op's own gradient (second order)
+differentiates `reference`, the same function built from ops, with autograd.vjp, so
+higher derivatives stay exact.
+"""
+from __future__ import annotations
+
+from .. import array_api as A
+from ..autograd import TensorOp, vjp
+from ..errors import ShapeError, fmt_shape
+from .ops_elementwise import sigmoid, tanh
+from .ops_movement import getitem
+
+
+class Fused(TensorOp):
+    """Subclasses define `forward(*arrays)`, `vjp(k, g, *arrays)` (the gradient with
+    respect to input k given g = dL/d out, on arrays) and `reference(*tensors)`."""
+
+    def compute(self, *arrays):
+        return self.forward(*arrays)
+
+    def gradient(self, out_grad, node):
+        return tuple(FusedGradient(self, k)(out_grad, *node.inputs) if x.requires_grad else None
+                     for k, x in enumerate(node.inputs))
+
+
+class FusedGradient(TensorOp):
+    """The gradient of a Fused op with respect to its input k; inputs (g, *the op's inputs)."""
+
+    def __init__(self, fused: Fused, k: int):
+        self.fused, self.k = fused, k
+
+    def compute(self, g, *arrays):
+        return self.fused.vjp(self.k, g, *arrays)
+
+    def gradient(self, out_grad, node):
+        g, *inputs = node.inputs
+        # this op's value, from ops (every input a stop: the other inputs are held fixed,
+        # not differentiated through to what they were computed from)
+        first = vjp(self.fused.reference(*inputs), g, inputs)[self.k]
+        if first is None:
+            return (None,) * len(node.inputs)
+        return tuple(vjp(first, out_grad, [g, *inputs]))
+
+
+# ---- the LSTM cell: gates (batch, 4 hidden) in PyTorch's order i, f, g, o ---------------------------
+def _blocks(gates):
+    if len(gates.shape) != 2 or gates.shape[1] % 4:
+        raise ShapeError(f"lstm cell: gates must be (batch, 4 * hidden), got {fmt_shape(gates.shape)}")
+    n = gates.shape[1] // 4
+    return [gates[:, j * n:(j + 1) * n] for j in range(4)]
+
+
+def _gate_blocks(gates, blocks: dict):
+    """A (batch, 4 hidden) gradient from some of its four blocks (the others zero)."""
+    n = gates.shape[1] // 4
+    return A.concatenate([blocks[j] if j in blocks else A.zeros((gates.shape[0], n), gates) for j in range(4)], 1)
+
+
+class LSTMCellState(Fused):
+    """c = sigmoid(f) * c0 + sigmoid(i) * tanh(g), from the gates and c0."""
+
+    def forward(self, gates, c0):
+        i, f, g, _ = _blocks(gates)
+        if tuple(c0.shape) != tuple(i.shape):
+            raise ShapeError(f"lstm cell: c0 {fmt_shape(c0.shape)} does not match the gates' "
+                             f"{fmt_shape(gates.shape)}")
+        return A.sigmoid(f) * c0 + A.sigmoid(i) * A.tanh(g)
+
+    def vjp(self, k, dc, gates, c0):
+        i, f, g, _ = _blocks(gates)
+        sf = A.sigmoid(f)
+        if k == 1:
+            return dc * sf
+        si, tg = A.sigmoid(i), A.tanh(g)
+        return _gate_blocks(gates, {0: dc * tg * (si * (1 - si)), 1: dc * c0 * (sf * (1 - sf)),
+                                    2: dc * si * (1 - tg * tg)})
+
+    def reference(self, gates, c0):
+        n = gates.shape[1] // 4
+        i, f, g = (getitem(gates, (slice(None), slice(j * n, (j + 1) * n))) for j in range(3))
+        return sigmoid(f) * c0 + sigmoid(i) * tanh(g)
+
+
+class LSTMCellOutput(Fused):
+    """h = sigmoid(o) * tanh(c), from the gates and the new cell state c."""
+
+    def forward(self, gates, c):
+        o = _blocks(gates)[3]
+        if tuple(c.shape) != tuple(o.shape):
+            raise ShapeError(f"lstm cell: c {fmt_shape(c.shape)} does not match the gates' {fmt_shape(gates.shape)}")
+        return A.sigmoid(o) * A.tanh(c)
+
+    def vjp(self, k, dh, gates, c):
+        so, tc = A.sigmoid(_blocks(gates)[3]), A.tanh(c)
+        if k == 1:
+            return dh * so * (1 - tc * tc)
+        return _gate_blocks(gates, {3: dh * tc * (so * (1 - so))})
+
+    def reference(self, gates, c):
+        n = gates.shape[1] // 4
+        return sigmoid(getitem(gates, (slice(None), slice(3 * n, 4 * n)))) * tanh(c)
+
+
+def lstm_cell(gates, c0):
+    """(h, c) of an LSTM cell from its gates (batch, 4 hidden; order i, f, g, o) and c0."""
+    c = LSTMCellState()(gates, c0)
+    return LSTMCellOutput()(gates, c), c
