@@ -19,10 +19,20 @@ from .ops_movement import getitem
 
 class Fused(TensorOp):
     """Subclasses define `forward(*arrays)`, `vjp(k, g, *arrays)` (the gradient with
-    respect to input k given g = dL/d out, on arrays) and `reference(*tensors)`."""
+    respect to input k given g = dL/d out, on arrays) and `reference(*tensors)`.
+    `forward` may keep values for `vjp` in `self.saved` (in lazy mode the same graph
+    nodes: nothing is computed twice); they are used while the op has run once."""
+
+    saved = None
+    _calls = 0
 
     def compute(self, *arrays):
+        self._calls += 1
         return self.forward(*arrays)
+
+    def kept(self):
+        """`saved` if this instance computed once (its values are this call's), else None."""
+        return self.saved if self._calls == 1 else None
 
     def gradient(self, out_grad, node):
         return tuple(FusedGradient(self, k)(out_grad, *node.inputs) if x.requires_grad else None
@@ -70,14 +80,17 @@ class LSTMCellState(Fused):
         if tuple(c0.shape) != tuple(i.shape):
             raise ShapeError(f"lstm cell: c0 {fmt_shape(c0.shape)} does not match the gates' "
                              f"{fmt_shape(gates.shape)}")
-        return A.sigmoid(f) * c0 + A.sigmoid(i) * A.tanh(g)
+        self.saved = si, sf, tg = A.sigmoid(i), A.sigmoid(f), A.tanh(g)
+        return sf * c0 + si * tg
 
     def vjp(self, k, dc, gates, c0):
-        i, f, g, _ = _blocks(gates)
-        sf = A.sigmoid(f)
+        saved = self.kept()
+        if saved is None:
+            i, f, g, _ = _blocks(gates)
+            saved = A.sigmoid(i), A.sigmoid(f), A.tanh(g)
+        si, sf, tg = saved
         if k == 1:
             return dc * sf
-        si, tg = A.sigmoid(i), A.tanh(g)
         return _gate_blocks(gates, {0: dc * tg * (si * (1 - si)), 1: dc * c0 * (sf * (1 - sf)),
                                     2: dc * si * (1 - tg * tg)})
 
@@ -94,10 +107,11 @@ class LSTMCellOutput(Fused):
         o = _blocks(gates)[3]
         if tuple(c.shape) != tuple(o.shape):
             raise ShapeError(f"lstm cell: c {fmt_shape(c.shape)} does not match the gates' {fmt_shape(gates.shape)}")
-        return A.sigmoid(o) * A.tanh(c)
+        self.saved = so, tc = A.sigmoid(o), A.tanh(c)
+        return so * tc
 
     def vjp(self, k, dh, gates, c):
-        so, tc = A.sigmoid(_blocks(gates)[3]), A.tanh(c)
+        so, tc = self.kept() or (A.sigmoid(_blocks(gates)[3]), A.tanh(c))
         if k == 1:
             return dh * so * (1 - tc * tc)
         return _gate_blocks(gates, {3: dh * tc * (so * (1 - so))})

@@ -31,16 +31,14 @@ class Standardize(Fused):
         if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or eps < 0:
             raise ArgumentError(f"standardize: eps must be a number >= 0, got {eps!r}")
         self.axis, self.eps = axis, eps
-        self._mean = self._var = None
-        self._calls = 0  # (an instance called twice recomputes its statistics for the gradient)
 
     @property
     def mean(self):
-        return self._mean
+        return self.saved[0] if self.saved else None
 
     @property
     def var(self):
-        return self._var
+        return self.saved[1] if self.saved else None
 
     def _axes(self, x) -> tuple:
         axes = normalize_axes("standardize", self.axis, len(x.shape), x.shape)
@@ -51,16 +49,15 @@ class Standardize(Fused):
         mean = A.summation(x, axis=axes, keepdims=True) / n
         centered = x - A.broadcast_to(mean, x.shape)
         var = A.summation(centered * centered, axis=axes, keepdims=True) / n
-        self._mean, self._var = mean, var
-        self._calls += 1
+        self.saved = mean, var
         return centered / A.broadcast_to((var + self.eps) ** 0.5, x.shape)
 
     def vjp(self, k, g, x):
         """(g - mean(g) - x^ mean(g x^)) / std, the means along the axis, x^ the
         standardized x (from the forward's statistics when they are x's)."""
         axes, n = self._axes(x)
-        mean, var = self._mean, self._var
-        if self._calls != 1:
+        mean, var = self.kept() or (None, None)
+        if mean is None:  # (an instance called twice: its statistics are the last call's)
             mean = A.summation(x, axis=axes, keepdims=True) / n
             centered = x - A.broadcast_to(mean, x.shape)
             var = A.summation(centered * centered, axis=axes, keepdims=True) / n
