@@ -438,6 +438,16 @@ def _data(i, n=5):
             ndl.Tensor(rng.integers(0, 3, n).astype("float32"), requires_grad=False))
 
 
+def _training_step(model, opt, use_jit):
+    def step(x, y):
+        opt.reset_grad()
+        loss = nn.SoftmaxLoss()(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return ndl.jit(step) if use_jit else step
+
+
 def _both(run):
     """run(use_jit) -> list of arrays, plain and jitted, compared bit for bit."""
     with ndl.lazy(True):
@@ -480,14 +490,7 @@ def test_a_hyperparameter_turned_on_between_calls_is_used(make, change):
     def run(use_jit):
         model = _small_model()
         opt = make(model.parameters())
-
-        def step(x, y):
-            opt.reset_grad()
-            loss = nn.SoftmaxLoss()(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-        fn = ndl.jit(step) if use_jit else step
+        fn = _training_step(model, opt, use_jit)
         out = []
         for i in range(8):
             if i == 4:
@@ -501,14 +504,7 @@ def test_optimizer_load_state_dict_after_a_capture_is_what_replays_use():
     def run(use_jit):
         model = _small_model()
         opt = optim.Adam(model.parameters(), lr=0.05)
-
-        def step(x, y):
-            opt.reset_grad()
-            loss = nn.SoftmaxLoss()(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-        fn = ndl.jit(step) if use_jit else step
+        fn = _training_step(model, opt, use_jit)
         out = [fn(*_data(i)).numpy().copy() for i in range(3)]
         saved = ({k: v.detach() for k, v in model.state_dict().items()}, opt.state_dict())
         out += [fn(*_data(i)).numpy().copy() for i in range(3, 6)]

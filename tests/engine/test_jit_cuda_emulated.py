@@ -11,6 +11,7 @@ from needle import nn, optim
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "codegen"))
 from cuda_emulation.gpu import gpu, pytestmark  # noqa: E402,F401  (the fixture and its skip)
+from tests.engine.test_jit import _training_step  # noqa: E402
 
 
 def train(use_jit, steps=5):
@@ -18,15 +19,7 @@ def train(use_jit, steps=5):
     device = ndl.cuda()
     model = nn.Sequential(nn.Linear(6, 8, device=device), nn.ReLU(), nn.Linear(8, 3, device=device))
     opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    def step(x, y):
-        opt.reset_grad()
-        loss = nn.SoftmaxLoss()(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    fn = ndl.jit(step) if use_jit else step
+    fn = _training_step(model, opt, use_jit)
     rng = np.random.default_rng(3)
     losses = []
     for _ in range(steps):
