@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import gc
 import types
+import warnings
 import weakref
 from collections import OrderedDict
 
@@ -38,6 +39,11 @@ from ..engine import capture, schedule_cache
 from ..engine.realize import pending_nodes, realize_nodes
 from . import state
 from .replay import INPUT, STALE, CapturedStep, host_values, realized_array
+
+
+#: captures in a row that a call's new state kept from being kept, after which a function
+#: runs plainly (each capture costs a plain call and a recording)
+UNKEPT_LIMIT = 3
 
 
 # ---- the function's arguments -------------------------------------------------------------
@@ -100,6 +106,7 @@ class JitFunction:
         self.captures: "OrderedDict[object, list]" = OrderedDict()
         self.calls = 0
         self.replays = 0
+        self.unkept = 0  # captures in a row not kept: the call made new state each time
 
     def __get__(self, obj, objtype=None):  # @needle.jit on a method: captures per instance
         if obj is None:
@@ -117,8 +124,8 @@ class JitFunction:
         if capture.CURRENT is not None:  # a jitted function called inside a capture: inline it
             return self.fn(*args, **kwargs)
         self.calls += 1
-        if self.calls == 1:
-            return self.fn(*args, **kwargs)  # warm-up: optimizers create their state
+        if self.calls == 1 or self.unkept >= UNKEPT_LIMIT:
+            return self.fn(*args, **kwargs)  # warm-up (optimizers create their state), or no capture holds
         if not args and not kwargs:  # f(): nothing to key (a closure over its state)
             inputs, arrays, key = (), [], _NO_ARGUMENTS
         else:
@@ -176,7 +183,13 @@ class JitFunction:
             # the call made state it had not (an optimizer's momentum on its first step
             # with momentum, a hidden state that was None): it ran the first-call branch,
             # which replays must not repeat; the next call captures from the state now
+            self.unkept += 1
+            if self.unkept == UNKEPT_LIMIT:
+                warnings.warn(f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): each call makes state the "
+                              f"last one did not have (a list that grows?); it runs without capture from now on "
+                              f"(reset() tries again)", stacklevel=3)
             return result
+        self.unkept = 0
         step = CapturedStep(recorder, inputs, result, slots_before, roots, modules, empty, state.bindings(self.fn))
         self.captures.setdefault(key, []).append(step)
         self.captures.move_to_end(key)

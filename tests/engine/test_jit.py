@@ -595,3 +595,19 @@ def test_bad_labels_and_ids_raise_at_a_replay_as_without_jit():
         with pytest.raises(ndl.errors.IndexingError, match="index 9 is out of bounds for an axis of size 5"):
             lookup(ndl.Tensor(np.array([[0, 9], [1, 1]], "float32"), requires_grad=False))
         assert float(loss(x, y).numpy()) > 0 and loss.replays == 2  # good labels replay again
+
+
+def test_a_function_that_adds_state_at_every_call_runs_plainly_and_says_so():
+    # (each call appends: no capture can be replayed; before, replays skipped the append)
+    with ndl.lazy(True):
+        model, history = _small_model(), []
+
+        def f(x):
+            history.append(model(x).sum())
+            return history[-1]
+        fn = ndl.jit(f)
+        with pytest.warns(UserWarning, match="runs without capture"):
+            for i in range(8):
+                fn(_data(i)[0])
+        assert len(history) == 8 and fn.replays == 0
+        assert [float(t.numpy()) for t in history] == [float(model(_data(i)[0]).sum().numpy()) for i in range(8)]

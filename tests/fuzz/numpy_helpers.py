@@ -6,7 +6,8 @@ __all__ = ["np_mean", "np_logsumexp", "np_transpose", "np_dilate"]
 def np_mean(a, axes, keepdims):
     axes_t = tuple(range(a.ndim)) if axes is None else (axes,) if isinstance(axes, int) else tuple(axes)
     count = int(np.prod([a.shape[ax] for ax in axes_t]))
-    return np.sum(a, axis=axes, keepdims=keepdims) / max(count, 1)
+    total = np.sum(a, axis=axes, keepdims=keepdims)
+    return total * np.nan if count == 0 else total / count  # (the mean of nothing is nan, as numpy's)
 
 
 def np_logsumexp(a, axes):
