@@ -7,7 +7,8 @@ from .ops_logarithmic import LogSoftmax, LogSumExp, logsoftmax, logsumexp  # noq
 from .ops_mathematic import *  # noqa: F401,F403
 from .ops_mathematic import max, mean, unbroadcast  # noqa: F401
 from .ops_norm import Standardize, standardize  # noqa: F401
-from .ops_fused import Fused, FusedGradient, LSTMCellOutput, LSTMCellState, lstm_cell  # noqa: F401
+from .ops_fused import (Fused, FusedGradient, LSTMCellOutput, LSTMCellState, MatMulBias, ScaleShift,  # noqa: F401
+                        lstm_cell, matmul_bias, scale_shift)
 from .ops_movement import (Concatenate, Dilate, Flip, GetItem, Pad, Scatter, Split, Stack,  # noqa: F401
                            UnDilate, concatenate, dilate, flip, getitem, pad, scatter, split, stack,
                            undilate)

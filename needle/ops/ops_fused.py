@@ -15,6 +15,7 @@ from ..autograd import TensorOp, vjp
 from ..errors import ShapeError, fmt_shape
 from .ops_elementwise import sigmoid, tanh
 from .ops_movement import getitem
+from .ops_reduce import broadcast_to, matmul
 
 
 class Fused(TensorOp):
@@ -56,6 +57,59 @@ class FusedGradient(TensorOp):
         if first is None:
             return (None,) * len(node.inputs)
         return tuple(vjp(first, out_grad, [g, *inputs]))
+
+
+# ---- a layer's affine parts ---------------------------------------------------------------------
+class MatMulBias(Fused):
+    """x @ w + b for x (rows, k), w (k, n), b (n,) or (1, n): a Linear layer, one op and
+    three gradients instead of matmul, broadcast and add and their gradients."""
+
+    def forward(self, x, w, b):
+        if len(x.shape) != 2 or len(w.shape) != 2 or x.shape[1] != w.shape[0] or b.shape[-1] != w.shape[1] \
+                or len(b.shape) > 2 or (len(b.shape) == 2 and b.shape[0] != 1):
+            raise ShapeError(f"matmul_bias: expects x (rows, k), w (k, n), b (n,) or (1, n), got "
+                             f"{fmt_shape(x.shape)}, {fmt_shape(w.shape)}, {fmt_shape(b.shape)}")
+        y = A.matmul(x, w)
+        return y + A.broadcast_to(b, y.shape)
+
+    def vjp(self, k, g, x, w, b):
+        if k == 0:
+            return A.matmul(g, A.swapaxes(w, 0, 1))
+        if k == 1:
+            return A.matmul(A.swapaxes(x, 0, 1), g)
+        return A.summation(g, axis=(0,), keepdims=len(b.shape) == 2)
+
+    def reference(self, x, w, b):
+        y = matmul(x, w)
+        return y + broadcast_to(b, y.shape)
+
+
+class ScaleShift(Fused):
+    """x * w + b with w and b (n,) along the last axis of x: a norm layer's affine part."""
+
+    def forward(self, x, w, b):
+        n = x.shape[-1] if len(x.shape) else None
+        if tuple(w.shape) != (n,) or tuple(b.shape) != (n,):
+            raise ShapeError(f"scale_shift: expects w and b of shape ({n},) for x {fmt_shape(x.shape)}, got "
+                             f"{fmt_shape(w.shape)} and {fmt_shape(b.shape)}")
+        return x * A.broadcast_to(w, x.shape) + A.broadcast_to(b, x.shape)
+
+    def vjp(self, k, g, x, w, b):
+        if k == 0:
+            return g * A.broadcast_to(w, x.shape)
+        lead = tuple(range(len(x.shape) - 1))
+        return A.summation(g * x if k == 1 else g, axis=lead) if lead else (g * x if k == 1 else g)
+
+    def reference(self, x, w, b):
+        return x * broadcast_to(w, x.shape) + broadcast_to(b, x.shape)
+
+
+def matmul_bias(x, w, b):
+    return MatMulBias()(x, w, b)
+
+
+def scale_shift(x, w, b):
+    return ScaleShift()(x, w, b)
 
 
 # ---- the LSTM cell: gates (batch, 4 hidden) in PyTorch's order i, f, g, o ---------------------------

@@ -65,3 +65,40 @@ def test_a_fused_gradient_is_one_op(device):
 def test_lstm_cell_bad_shapes(device, gates, c0):
     with pytest.raises(ndl.errors.ShapeError, match="lstm cell"):
         ops.lstm_cell(randn(gates, device), randn(c0, device))
+
+
+@pytest.mark.parametrize("bias_shape", [(5,), (1, 5)])
+def test_matmul_bias_values_and_gradients(device, bias_shape):
+    x, w, b = randn((4, 3), device), randn((3, 5), device), randn(bias_shape, device)
+    np.testing.assert_allclose(ops.matmul_bias(x, w, b).numpy(), x.numpy() @ w.numpy() + b.numpy().reshape(1, 5),
+                               rtol=1e-12)
+    gradient_check(lambda x, w, b: ops.matmul_bias(x, w, b), x, w, b)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 3), (3,)])
+def test_scale_shift_values_and_gradients(device, shape):
+    x, w, b = randn(shape, device), randn((3,), device), randn((3,), device)
+    np.testing.assert_allclose(ops.scale_shift(x, w, b).numpy(), x.numpy() * w.numpy() + b.numpy(), rtol=1e-12)
+    gradient_check(lambda x, w, b: ops.scale_shift(x, w, b), x, w, b)
+
+
+@pytest.mark.parametrize("which", ["matmul_bias", "scale_shift"])
+def test_affine_second_derivative(device, which):
+    # every input of the gradient ops a function of t (their references differentiate it)
+    def f(t):
+        if which == "matmul_bias":
+            return ops.matmul_bias(ops.exp(t), ops.transpose(t) * t.sum(), t[0] * 0.5)
+        return ops.scale_shift(ops.exp(t), t[0] * t[1], t[1])
+    second_order_check(f, randn((2, 2), device) if which == "matmul_bias" else randn((2, 2), device))
+
+
+@pytest.mark.parametrize("args", [((4, 3), (2, 5), (5,)), ((4, 3), (3, 5), (4,)), ((2, 4, 3), (3, 5), (5,)),
+                                  ((4, 3), (3, 5), (2, 5))])
+def test_matmul_bias_bad_shapes(device, args):
+    with pytest.raises(ndl.errors.ShapeError, match="matmul_bias"):
+        ops.matmul_bias(*(randn(s, device) for s in args))
+
+
+def test_scale_shift_bad_shapes(device):
+    with pytest.raises(ndl.errors.ShapeError, match="scale_shift"):
+        ops.scale_shift(randn((4, 3), device), randn((4,), device), randn((3,), device))
