@@ -80,7 +80,7 @@ def test_large_tensors_show_norms_equal_to_numpy():
         grad = p.grad.numpy().astype(np.float64)
         np.testing.assert_allclose(by_name[name]["grad_norm"], np.sqrt((grad ** 2).sum()), rtol=1e-6)
         assert by_name[name]["kind"] == "param" and by_name[name]["module"] == name.rsplit(".", 1)[0]
-    matmuls = [g.nodes[k]["module"] for k in g.nodes if g.nodes[k]["op"] == "MatMul"]
+    matmuls = [g.nodes[k]["module"] for k in g.nodes if g.nodes[k]["op"] in ("MatMul", "MatMulBias")]
     assert matmuls == ["modules.0", "modules.2"]
 
 
@@ -125,7 +125,7 @@ def test_png_is_written_and_large_graphs_collapse_modules(tmp_path):
     x = ndl.Tensor(np.random.randn(3, 4).astype(np.float32), requires_grad=False)
     loss = model(x).sum()
     graph = autograd_graph.collect([loss])
-    assert len(graph.nodes) > 200
+    assert len(graph.nodes) > 100  # (more than dot_text's max_nodes below: it collapses)
     dot = autograd_graph.dot_text(graph, max_nodes=100)
     boxes = re.findall(r'label="(modules\.\d+ \(Sequential\)|modules\.\d+\.modules\.0 \(Linear\))', dot)
     assert len(boxes) == 40  # one box per repeated block

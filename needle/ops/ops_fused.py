@@ -46,6 +46,10 @@ class FusedGradient(TensorOp):
     def __init__(self, fused: Fused, k: int):
         self.fused, self.k = fused, k
 
+    @property
+    def name(self) -> str:
+        return f"d{self.fused.name}"  # (dumps and errors: `dStandardize`, not `FusedGradient`)
+
     def compute(self, g, *arrays):
         return self.fused.vjp(self.k, g, *arrays)
 
