@@ -144,7 +144,7 @@ class JitFunction:
                 if device != "cpu" and device != "cuda":
                     return self.fn(*args, **kwargs)  # cpu_numpy runs op by op in numpy: nothing to capture
                 arrays.append(a)
-                layouts.append((a._shape, a._dtype, device, a._strides, a._offset))
+                layouts.append((a._shape, a._dtype, device, a._strides, a._offset, t.requires_grad))
             key = (*key, tuple(layouts))
         for step in self.captures.get(key, ()):
             if step.matches():
@@ -179,7 +179,9 @@ class JitFunction:
         finally:
             capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = None, None, None
         gc.collect()
-        if state.added(slots_before, state.slots(roots)):
+        held = []
+        slots_after = state.slots(roots, held=held)
+        if state.added(slots_before, slots_after, empty):
             # the call made state it had not (an optimizer's momentum on its first step
             # with momentum, a hidden state that was None): it ran the first-call branch,
             # which replays must not repeat; the next call captures from the state now
@@ -190,7 +192,8 @@ class JitFunction:
                               f"(reset() tries again)", stacklevel=3)
             return result
         self.unkept = 0
-        step = CapturedStep(recorder, inputs, result, slots_before, roots, modules, empty, state.bindings(self.fn))
+        step = CapturedStep(recorder, inputs, result, slots_before, roots, modules, empty, state.bindings(self.fn),
+                            held, state.frozen_flags(slots_after))
         self.captures.setdefault(key, []).append(step)
         self.captures.move_to_end(key)
         while sum(len(v) for v in self.captures.values()) > self.max_captures:

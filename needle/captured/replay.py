@@ -47,12 +47,14 @@ class CapturedStep:
     """The schedules of one call and the bindings that replay them."""
 
     def __init__(self, recorder: capture.Recorder, inputs: list, result, slots_before, roots, modules,
-                 empty=(), bindings=()):
+                 empty=(), bindings=(), held=(), flags=()):
         self.modules = modules
         self.training = tuple(m.training for m in modules)
         #: what else a replay needs unchanged (see `matches`): the values the function's
-        #: Python branched on, the slots that held None, the objects its names held
+        #: Python branched on, the slots that held None, the objects its names held, the
+        #: modules and containers where they were, the parameters' requires_grad
         self.guards, self.empty, self.bindings = list(recorder.guards), list(empty), list(bindings)
+        self.held, self.flags = list(held), list(flags)
         self.actions = list(recorder.actions)
         self.draws = [(fn, args, kwargs) for fn, args, kwargs, _ in recorder.draws]
         # where each buffer comes from, by the identity of its storage (`_handle`):
@@ -85,16 +87,17 @@ class CapturedStep:
                        if self.result[0] == "tensor" and self.result[1][0][0] == OUTPUT and self.result[1][1] is None
                        else None)
         self.holders = self._holders(recorder, outputs, returned, inputs)
-        #: a call that is one schedule of inputs, unmoved state and constants, returning
+        #: a call that is one schedule of inputs, state and constants, returning
         #: its one output and touching nothing else (an inference step, a loss, a
-        #: benchmark's call): per leaf (INPUT, STATE or CONST; the input's number, the
-        #: state Tensor or the constant array; the state's layout), replayed without the
+        #: benchmark's call): per leaf (INPUT, STATE, SLOT or CONST; the input's number,
+        #: the state Tensor, its slot or the constant array; the state's layout), replayed without the
         #: general walk (`_replay_simple`)
         run = self.runs[0] if len(self.runs) == 1 else None
         self.simple = None
         if (type(run) is _Run and not self.actions and not self.holders and self.single is not None
-                and all(view is None and where[0] in (INPUT, STATE, CONST) for where, view, _ in run.leaves)):
-            self.simple = [(where[0], where[1], layout) for where, _, layout in run.leaves]
+                and all(view is None and where[0] in (INPUT, STATE, SLOT, CONST) for where, view, _ in run.leaves)):
+            self.simple = [(where[0], where[1:] if where[0] == SLOT else where[1], layout)
+                           for where, _, layout in run.leaves]
 
     def _state_sources(self, recorder, slots_before, roots, sources) -> None:
         """Sources of the state the call read: the Tensor read (a parameter), or what
@@ -168,15 +171,19 @@ class CapturedStep:
     def matches(self) -> bool:
         """Whether this capture is what the function would do now: its modules in the
         same train / eval modes, its guards' values the same (an optimizer's momentum
-        still zero or not), the slots that held None still empty, and its names bound
-        to the same objects."""
+        still zero or not), its parameters' requires_grad the same, the slots that held
+        None still empty, its modules and containers where they were (no submodule
+        swapped), and its names bound to the same objects."""
         for m, training in zip(self.modules, self.training):  # (no generator: every call)
             if m.training != training:
                 return False
         for read, value in self.guards:
             if read() != value:
                 return False
-        return state.still_empty(self.empty) and not state.rebound(self.bindings)
+        for t, flag in self.flags:
+            if t.requires_grad != flag:
+                return False
+        return state.still_empty(self.empty) and state.still_held(self.held) and not state.rebound(self.bindings)
 
     def replay(self, arrays: list, inputs=()):
         """Run the captured schedules on this call's input arrays (realized NDArrays;
@@ -251,7 +258,10 @@ class CapturedStep:
             elif kind == CONST:
                 leaves.append(what)
             else:
-                base = realized_array(what)
+                held = state.in_slot(*what) if kind == SLOT else what
+                if held is None:
+                    return STALE  # (state set to None)
+                base = realized_array(held)
                 if _layout(base) != layout:
                     return STALE
                 leaves.append(base)

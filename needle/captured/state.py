@@ -9,19 +9,57 @@ holds a Tensor, and which Tensor replaced which.
 """
 from __future__ import annotations
 
+import dis
+import functools
 import types
 
 from ..autograd import Tensor
 
 
 def roots(fn, args, kwargs) -> list:
+    """What the function reaches: its arguments, `self`, and its names (`Names`: a
+    global or closure variable holding a Tensor is a slot like a module attribute,
+    so a step that rebinds it, `hc = (h.detach(), c.detach())`, is followed)."""
     roots = list(args) + list(kwargs.values())
     if isinstance(fn, types.MethodType):
         roots.append(fn.__self__)
     elif not isinstance(fn, types.FunctionType):
         roots.append(fn)  # a callable object: its attributes hold the state
-    roots.extend(obj for _, _, obj in bindings(fn))
+    roots.append(Names(bindings(fn)))
     return roots
+
+
+class Names:
+    """A function's global and closure variables as a container: key i reads (and
+    writes) the variable of `bindings[i]` as it is now."""
+
+    def __init__(self, found):
+        self.found = found
+
+    def items(self):
+        return [(i, self[i]) for i in range(len(self.found))]
+
+    def __getitem__(self, i):
+        where, name, _ = self.found[i]
+        return where.cell_contents if name is None else where[name]
+
+    def __setitem__(self, i, value) -> None:
+        where, name, _ = self.found[i]
+        if name is None:
+            where.cell_contents = value
+        else:
+            where[name] = value
+
+
+@functools.lru_cache(maxsize=512)
+def _global_names(code) -> tuple:
+    """The globals a code object loads (co_names also holds attribute names: a loop
+    variable `step` beside `opt.step()` is no binding of the function)."""
+    names = [ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "STORE_GLOBAL")]
+    for const in code.co_consts:  # (comprehensions and inner functions)
+        if isinstance(const, types.CodeType):
+            names.extend(_global_names(const))
+    return tuple(dict.fromkeys(names))
 
 
 def bindings(fn) -> list:
@@ -39,7 +77,7 @@ def bindings(fn) -> list:
     code = getattr(target, "__code__", None)
     if code is not None:
         g = getattr(target, "__globals__", {})
-        found.extend((g, name, g[name]) for name in code.co_names if name in g)
+        found.extend((g, name, g[name]) for name in _global_names(code) if name in g)
     return found
 
 
@@ -57,14 +95,16 @@ def rebound(bindings) -> bool:
     return False
 
 
-def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None) -> list:
+def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None, held: list = None) -> list:
     """(container, key, value) for every Tensor (or tuple of them) held in a dict, a
     list or an object's attributes reachable from `roots` (modules, optimizers, user
     objects), so that a value the call replaced can be matched with its successor.
     The Modules met on the way are appended to `modules` (their `training` flags
-    select a capture), and the (container, key) of each None value to `empty` (state
+    select a capture), the (container, key) of each None value to `empty` (state
     not made yet, such as a hidden state the function starts from zeros when it is
-    None: a replay needs it None still)."""
+    None: a replay needs it None still), and (container, key, object) of each module,
+    dict, list or object held to `held` (a replay needs the same ones: a submodule
+    swapped for another is read from the new one)."""
     from ..nn import Module
     found, seen, stack = [], set(), [(r, 0) for r in roots]
     while stack and len(seen) < limit:
@@ -75,6 +115,8 @@ def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None)
         seen.add(id(obj))
         if isinstance(obj, dict):
             items = list(obj.items())
+        elif isinstance(obj, Names):
+            items = obj.items()
         elif isinstance(obj, list):
             items = list(enumerate(obj))
         elif isinstance(obj, tuple):
@@ -98,6 +140,10 @@ def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None)
                     if isinstance(t.grad, Tensor):  # a parameter's gradient
                         found.append((GradOf(t), "grad", t.grad))
             else:
+                if held is not None and (isinstance(value, (dict, list)) or (
+                        hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType, types.FunctionType,
+                                                                                types.MethodType)))):
+                    held.append((obj, key, value))
                 stack.append((value, depth + 1))
     return found
 
@@ -139,6 +185,25 @@ def in_slot(container, key, pos):
         return None
 
 
+def frozen_flags(slots) -> list:
+    """(Parameter, requires_grad) for each parameter in `slots`: a replay needs the same
+    flags (a layer frozen between calls must stop being trained)."""
+    from ..nn import Parameter
+    return [(t, t.requires_grad) for _, _, value in slots
+            for t in (value if isinstance(value, tuple) else (value,)) if isinstance(t, Parameter)]
+
+
+def still_held(held) -> bool:
+    """Whether every (container, key, object) of `held` (see `slots`) holds that object."""
+    for container, key, value in held:
+        try:
+            if container[key] is not value:
+                return False
+        except (KeyError, IndexError):
+            return False
+    return True
+
+
 def still_empty(empty) -> bool:
     """Whether every (container, key) of `empty` (see `slots`) holds None or nothing."""
     for container, key in empty:
@@ -150,10 +215,12 @@ def still_empty(empty) -> bool:
     return True
 
 
-def added(before, after) -> bool:
-    """Whether `after` (slots) holds state in a place `before` held none (a new key,
-    or a None replaced), gradients aside (a call makes those anew each time)."""
-    had = {(id(container), key) for container, key, _ in before}
+def added(before, after, empty=()) -> bool:
+    """Whether `after` (slots) holds state under a key that `before` did not have
+    (neither as state nor as None, see `empty`): a new dict entry or list item, such
+    as an optimizer's momentum on its first step.  Gradients aside (a call makes
+    those anew each time)."""
+    had = {(id(container), key) for container, key, _ in before} | {(id(c), key) for c, key in empty}
     return any((id(container), key) not in had for container, key, _ in after if not isinstance(container, GradOf))
 
 

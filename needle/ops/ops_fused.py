@@ -16,6 +16,7 @@ from ..errors import ShapeError, fmt_shape
 from .ops_elementwise import sigmoid, tanh
 from .ops_movement import getitem
 from .ops_reduce import broadcast_to, matmul
+from .ops_shape import reshape
 
 
 class Fused(TensorOp):
@@ -55,12 +56,14 @@ class FusedGradient(TensorOp):
 
     def gradient(self, out_grad, node):
         g, *inputs = node.inputs
-        # this op's value, from ops (every input a stop: the other inputs are held fixed,
-        # not differentiated through to what they were computed from)
-        first = vjp(self.fused.reference(*inputs), g, inputs)[self.k]
+        # this op's value, from ops, on a stand-in of each input (a no-op reshape: one
+        # tensor passed as two inputs still has a partial derivative for each), every
+        # stand-in a stop, so the other inputs are held fixed
+        stand_ins = [reshape(x, x.shape) for x in inputs]
+        first = vjp(self.fused.reference(*stand_ins), g, stand_ins)[self.k]
         if first is None:
             return (None,) * len(node.inputs)
-        return tuple(vjp(first, out_grad, [g, *inputs]))
+        return tuple(vjp(first, out_grad, [g, *stand_ins]))  # (a stand-in's gradient is its input's)
 
 
 # ---- a layer's affine parts ---------------------------------------------------------------------

@@ -70,6 +70,8 @@ class Summation(TensorOp):
             # (leading axes summed away come back by broadcasting alone: one op less)
             kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
             out_grad = out_grad if out_grad.shape == kept else reshape(out_grad, kept)
+        if out_grad.dtype != node.inputs[0].dtype:  # (small integers are summed in int64)
+            out_grad = out_grad.astype(node.inputs[0].dtype)
         return broadcast_to(out_grad, shape)
 
 

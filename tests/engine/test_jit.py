@@ -160,6 +160,7 @@ def test_the_shortcut_key_of_tensor_arguments_is_the_general_key():
 
     f = ndl.jit(lambda x, y: x * y + 1.0)
     p = ndl.nn.Parameter(ndl.Tensor(np.arange(2, dtype="float32"), requires_grad=False))
+    p.requires_grad = False  # (requires_grad is part of the key: a gradient of an input is set or not)
     for _ in range(3):
         f(ts[0], ts[1])
     f(p, ts[1])  # a Parameter: the general walk, the same key and capture
@@ -611,3 +612,125 @@ def test_a_function_that_adds_state_at_every_call_runs_plainly_and_says_so():
                 fn(_data(i)[0])
         assert len(history) == 8 and fn.replays == 0
         assert [float(t.numpy()) for t in history] == [float(model(_data(i)[0]).sum().numpy()) for i in range(8)]
+
+
+# ---- found by a review of the above ----------------------------------------------------------
+def test_a_global_hidden_state_the_step_rebinds_is_followed():
+    # (the old state was read as a fixed tensor: replays trained on the first hidden state)
+    src = ("hc = None\n"
+           "def step(x, y):\n"
+           "    global hc\n"
+           "    opt.reset_grad()\n"
+           "    hc = cell(x, hc)\n"
+           "    loss = nn.SoftmaxLoss()(head(hc[0]), y)\n"
+           "    loss.backward()\n"
+           "    opt.step()\n"
+           "    hc = (hc[0].detach(), hc[1].detach())\n"
+           "    return loss\n")
+
+    def run(use_jit):
+        np.random.seed(0)
+        scope = {"nn": nn, "cell": nn.LSTMCell(6, 8), "head": nn.Linear(8, 3)}
+        scope["opt"] = optim.SGD(scope["cell"].parameters() + scope["head"].parameters(), lr=0.1)
+        exec(src, scope)
+        fn = ndl.jit(scope["step"]) if use_jit else scope["step"]
+        out = []
+        for i in range(8):
+            out += [fn(*_data(i)).numpy().copy(), scope["hc"][0].numpy().copy()]
+        assert not use_jit or fn.replays >= 5
+        return out
+    _both(run)
+
+
+def test_a_swapped_submodule_and_a_frozen_layer_are_what_replays_use():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.drop, self.head = nn.Linear(6, 8), nn.Dropout(0.1), nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.head(self.drop(ndl.ops.relu(self.body(x))))
+
+    def run(use_jit):
+        np.random.seed(0)
+        model = Net()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        fn = _training_step(model, opt, use_jit)
+        out = []
+        for i in range(10):
+            if i == 3:
+                model.head = nn.Linear(8, 3)  # a new head (and the optimizer trains it)
+                opt.params = model.parameters()
+            if i == 5:
+                model.drop = nn.Dropout(0.9)
+            if i == 7:
+                for p in model.body.parameters():  # frozen: backward gives it no gradient
+                    p.requires_grad = False
+            out.append(fn(*_data(i)).numpy().copy())
+        return out + [p.numpy().copy() for p in model.parameters()]
+    _both(run)
+
+
+def test_an_input_that_stops_or_starts_requiring_grad_gets_its_own_capture():
+    def run(use_jit):
+        model = _small_model()
+
+        def f(x):
+            loss = model(x).sum()
+            loss.backward()
+            return loss
+        fn = ndl.jit(f) if use_jit else f
+        out = []
+        for i, flag in enumerate([True, True, True, False, False, True]):
+            x = _data(i)[0]
+            x.requires_grad = flag
+            out.append(fn(x).numpy().copy())
+            out.append(np.array(x.grad is not None))
+            if x.grad is not None:
+                out.append(x.grad.numpy().copy())
+        return out
+    _both(run)
+
+
+def test_state_reset_to_none_before_every_call_replays():
+    # (each capture made the state it had as None, and none was kept: no call replayed)
+    class Stateful(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell, self.h = nn.RNNCell(6, 4), None
+
+        def forward(self, x):
+            self.h = self.cell(x, self.h)
+            return self.h.sum()
+
+    def run(use_jit):
+        np.random.seed(0)
+        model = Stateful()
+        fn = ndl.jit(model.forward) if use_jit else model.forward
+        out = []
+        for i in range(6):
+            model.h = None
+            out += [fn(_data(i)[0]).numpy().copy(), model.h.numpy().copy()]
+        assert not use_jit or fn.replays >= 3
+        return out
+    _both(run)
+
+
+def test_a_loop_variable_named_like_an_attribute_the_step_uses_does_not_recapture():
+    # (`opt.step()` put "step" among the function's names: a global loop variable `step`
+    # looked rebound at every call)
+    src = ("def train_step(x, y):\n"
+           "    opt.reset_grad()\n"
+           "    loss = nn.SoftmaxLoss()(model(x), y)\n"
+           "    loss.backward()\n"
+           "    opt.step()\n"
+           "    return loss\n")
+    with ndl.lazy(True):
+        scope = {"nn": nn, "model": _small_model()}
+        scope["opt"] = optim.SGD(scope["model"].parameters(), lr=0.1)
+        exec(src, scope)
+        fn = ndl.jit(scope["train_step"])
+        for step in range(8):
+            scope["step"] = step
+            fn(*_data(0))
+        assert fn.replays == 6

@@ -102,3 +102,16 @@ def test_matmul_bias_bad_shapes(device, args):
 def test_scale_shift_bad_shapes(device):
     with pytest.raises(ndl.errors.ShapeError, match="scale_shift"):
         ops.scale_shift(randn((4, 3), device), randn((4,), device), randn((3,), device))
+
+
+@pytest.mark.parametrize("which", ["matmul_bias", "scale_shift"])
+def test_one_tensor_as_two_inputs_second_derivative(device, which):
+    # (each position's partial: the total gradient was counted once per position)
+    def f(t):
+        if which == "matmul_bias":
+            return ops.matmul_bias(ops.exp(t), ops.exp(t) * 0 + ops.exp(t), t[0])  # (distinct: baseline)
+        w = t[0]
+        return ops.scale_shift(t * t, w, w)
+    second_order_check(f, randn((2, 2), device))
+    if which == "matmul_bias":
+        second_order_check(lambda t: ops.matmul_bias(t, t, t[0]), randn((2, 2), device))

@@ -226,3 +226,13 @@ def test_mean_over_nothing_is_nan(device):
     assert np.all(np.isnan(ndl.ops.mean(x, (0,)).numpy())) and ndl.ops.mean(x, (0,)).shape == (3,)
     assert np.isnan(ndl.ops.mean(x).numpy())
     np.testing.assert_array_equal(ndl.ops.mean(x, (1,)).numpy(), np.zeros((0,)))
+
+
+def test_backward_through_a_sum_of_integers(device):
+    # a masked mean with an integer mask that (by default) requires grad: the sum's int64
+    # gradient is cast back to the mask's dtype
+    err = tensor(np.array([1.0, 2.0, 5.0, 4.0]), device, dtype="float32")
+    mask = ndl.Tensor(np.array([1, 1, 0, 1], np.uint8), device=device, dtype="uint8")
+    loss = (err * mask.astype("float32")).sum() / mask.sum().astype("float32")
+    loss.backward()
+    np.testing.assert_allclose(err.grad.numpy(), [1 / 3, 1 / 3, 0, 1 / 3], rtol=1e-6)
