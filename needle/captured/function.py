@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import types
 import warnings
 import weakref
 from collections import OrderedDict
@@ -44,6 +43,9 @@ from .replay import INPUT, STALE, CapturedStep, host_values, realized_array
 #: captures in a row that a call's new state kept from being kept, after which a function
 #: runs plainly (each capture costs a plain call and a recording)
 UNKEPT_LIMIT = 3
+#: calls in a row that captured, as a multiple of max_captures, after which a function
+#: that never replays runs plainly
+MISSES_LIMIT = 2
 
 
 # ---- the function's arguments -------------------------------------------------------------
@@ -87,6 +89,22 @@ def _tensor_args(n: int) -> tuple:
 _NO_ARGUMENTS = (*_tensor_args(0), ())
 
 
+class _WeakMethod:
+    """`fn` bound to `obj` through a weak reference; `__func__` and `__self__` as a bound
+    method's, so the capture finds the instance's state the same way."""
+
+    def __init__(self, fn, obj):
+        self.__func__, self._ref = fn, weakref.ref(obj)
+        functools.update_wrapper(self, fn)
+
+    @property
+    def __self__(self):
+        return self._ref()
+
+    def __call__(self, *args, **kwargs):
+        return self.__func__(self._ref(), *args, **kwargs)
+
+
 class JitFunction:
     """`fn` with captured steps; see the module docstring and SPEC "Captured steps"."""
 
@@ -107,13 +125,14 @@ class JitFunction:
         self.calls = 0
         self.replays = 0
         self.unkept = 0  # captures in a row not kept: the call made new state each time
+        self.misses = 0  # calls in a row that captured instead of replaying
 
     def __get__(self, obj, objtype=None):  # @needle.jit on a method: captures per instance
         if obj is None:
             return self
         bound = self.__dict__.setdefault("_bound", weakref.WeakKeyDictionary())
-        if obj not in bound:
-            bound[obj] = JitFunction(types.MethodType(self.fn, obj), self.max_captures)
+        if obj not in bound:  # (the method holds its instance weakly: else the dict's value kept its key alive)
+            bound[obj] = JitFunction(_WeakMethod(self.fn, obj), self.max_captures)
         return bound[obj]
 
     def __call__(self, *args, **kwargs):
@@ -153,13 +172,23 @@ class JitFunction:
                 result = step.replay(arrays, inputs)
                 if result is not STALE:
                     self.replays += 1
+                    self.misses = 0
                     return result
                 self.captures[key].remove(step)
                 break
+        self.misses += 1
+        if self.misses > MISSES_LIMIT * self.max_captures:  # (a float argument new at every call...)
+            self.unkept = UNKEPT_LIMIT
+            warnings.warn(f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): {self.misses - 1} calls in a "
+                          f"row made new captures and none replayed (a non-Tensor argument new at every call, more "
+                          f"input shapes than max_captures={self.max_captures}?); it runs without capture from now "
+                          f"on (reset() tries again)", stacklevel=2)
+            return self.fn(*args, **kwargs)
         return self._capture(key, inputs, args, kwargs)
 
     def _capture(self, key, inputs, args, kwargs):
         roots = state.roots(self.fn, args, kwargs)
+        names_before = state.bindings(self.fn)
         modules, empty = [], []
         slots_before = state.slots(roots, modules, empty=empty)
         # state still pending from earlier calls (the warm-up's, a plain lazy loop's) becomes
@@ -174,11 +203,19 @@ class JitFunction:
                 # close the step: nothing it made stays pending, neither what it returns
                 # nor the state it replaced (else a replay, which runs only the captured
                 # kernels, would never compute that state)
-                made = list(autograd.tensors_in(result)) + list(state.replacements(slots_before).values())
+                made = (list(autograd.tensors_in(result)) + list(state.replacements(slots_before).values())
+                        + state.filled(empty))
                 realize_nodes([n for t in made for n in _pending(t)])
         finally:
             capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = None, None, None
         gc.collect()
+        rebound = state.rebound_values(names_before, state.bindings(self.fn))
+        if rebound:  # (a replay runs no Python: `counter += 1` would never happen again)
+            self.unkept = UNKEPT_LIMIT
+            warnings.warn(f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): the function rebinds "
+                          f"{', '.join(rebound)}, which a replay could not do; it runs without capture "
+                          f"(keep such state on an object, or outside the function)", stacklevel=3)
+            return result
         held = []
         slots_after = state.slots(roots, held=held)
         if state.added(slots_before, slots_after, empty):

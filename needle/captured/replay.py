@@ -48,7 +48,8 @@ class CapturedStep:
 
     def __init__(self, recorder: capture.Recorder, inputs: list, result, slots_before, roots, modules,
                  empty=(), bindings=(), held=(), flags=()):
-        self.modules = modules
+        # (weakly: a method's capture must not keep its instance alive)
+        self.modules = [weakref.ref(m) for m in modules]
         self.training = tuple(m.training for m in modules)
         #: what else a replay needs unchanged (see `matches`): the values the function's
         #: Python branched on, the slots that held None, the objects its names held, the
@@ -164,6 +165,8 @@ class CapturedStep:
                 if found is not None:
                     find = (input_grads[id(t)] if id(t) in input_grads else self.slot_of[id(t)]
                             if id(t) in self.slot_of else weakref.ref(t))
+                    if type(find) is tuple and find[2] is not None:  # in a tuple: the pos, of how many
+                        find = (find[0], find[1], (find[2], len(find[0][find[1]])))
                     holders.append((find, pos if isinstance(data, tuple) else None, t.requires_grad, found))
         return holders
 
@@ -175,7 +178,8 @@ class CapturedStep:
         None still empty, its modules and containers where they were (no submodule
         swapped), and its names bound to the same objects."""
         for m, training in zip(self.modules, self.training):  # (no generator: every call)
-            if m.training != training:
+            m = m()
+            if m is None or m.training != training:
                 return False
         for read, value in self.guards:
             if read() != value:
@@ -192,15 +196,10 @@ class CapturedStep:
             check(host_values(arrays[i]))
         if self.simple is not None:
             return self._replay_simple(arrays)
-        draws = []
-        for kind, what in self.actions:
-            if kind == "draw":
-                fn, args, kwargs = self.draws[what]
-                draws.append(realized_array(fn(*args, **kwargs)))
-            else:
-                what()
+        draws, done = [], 0
         outs = []
-        for run in self.runs:
+        for s, run in enumerate(self.runs):
+            done = self._act(done, s, draws)  # (draws and callbacks made before this schedule ran)
             leaves = []
             for where, view, layout in run.leaves:
                 kind = where[0]  # (state in a slot, inputs and earlier outputs inline: the most common)
@@ -224,29 +223,52 @@ class CapturedStep:
                 outs.append(run.call(leaves))
                 continue
             outs.append(run.entry.run(leaves, run.scalars_now(), run.device))
+        self._act(done, len(self.runs), draws)  # (a scheduler's step after the optimizer's)
+        refilled = {}  # emptied slots of tuples: (container, key) -> the tuple's new Tensors
         for find, pos, requires_grad, (where, view, _) in self.holders:
-            container = None
+            container = in_tuple = None
             if type(find) is int:  # the gradient of input `find`
                 container, key = state.GradOf(inputs[find]), "grad"
                 t = inputs[find].grad
             elif callable(find):
                 t = find()
             else:
-                t, container, key = state.in_slot(*find), find[0], find[1]
+                container, key, in_tuple = find
+                t = state.in_slot(container, key, None if in_tuple is None else in_tuple[0])
             if t is None and (container is None or pos is not None):
-                continue  # (the Tensor is gone, or its tuple: nothing to update)
+                continue  # (the Tensor is gone, or a position of its own tuple data: nothing to update)
             new = outs[where[1]][where[2]] if where[0] == OUTPUT else _find(where, arrays, outs, draws)
             new = new if view is None else new._view(*view)
-            if t is None:  # an emptied slot gets the value anew, as a call of the function would
+            if t is None and in_tuple is not None:  # an emptied tuple slot: made anew, below
+                refilled.setdefault((id(container), key), (container, key, [None] * in_tuple[1]))[2][in_tuple[0]] = \
+                    Tensor.make_const(new, requires_grad=requires_grad)
+            elif t is None:  # an emptied slot gets the value anew, as a call of the function would
                 container[key] = Tensor.make_const(new, requires_grad=requires_grad)
             elif pos is None:
                 t._cached_data = new
             else:
                 t._cached_data = t._cached_data[:pos] + (new,) + t._cached_data[pos + 1:]
+        for container, key, tensors in refilled.values():
+            if all(t is not None for t in tensors):
+                container[key] = tuple(tensors)
         if self.single is not None:
             s, j, requires_grad = self.single
             return Tensor.make_const(outs[s][j], requires_grad=requires_grad)
         return self._rebuild(self.result, arrays, outs, draws)
+
+    def _act(self, done: int, upto: int, draws: list) -> int:
+        """Run the recorded actions from number `done` that came before schedule `upto`;
+        returns the number done."""
+        actions = self.actions
+        while done < len(actions) and actions[done][2] <= upto:
+            kind, what, _ = actions[done]
+            if kind == "draw":
+                fn, args, kwargs = self.draws[what]
+                draws.append(realized_array(fn(*args, **kwargs)))
+            else:
+                what()
+            done += 1
+        return done
 
     def _replay_simple(self, arrays: list):
         """`replay` of a `simple` step: its leaves are this call's inputs, state found
@@ -288,7 +310,7 @@ class CapturedStep:
         lines = [f"  {len(schedules)} schedule(s), {sum(len(r.entry.schedule.calls) for r in schedules)} kernel(s), "
                  f"{len(self.runs) - len(schedules)} host call(s), "
                  f"{len(self.holders)} state tensor(s) updated in place, {len(self.draws)} random draw(s), "
-                 f"{sum(1 for k, _ in self.actions if k == 'call')} replay callback(s)"]
+                 f"{sum(1 for k, _, _ in self.actions if k == 'call')} replay callback(s)"]
         for s, run in enumerate(self.runs):
             counts = {}
             for (where, _, _) in run.leaves:

@@ -21,7 +21,7 @@ def roots(fn, args, kwargs) -> list:
     global or closure variable holding a Tensor is a slot like a module attribute,
     so a step that rebinds it, `hc = (h.detach(), c.detach())`, is followed)."""
     roots = list(args) + list(kwargs.values())
-    if isinstance(fn, types.MethodType):
+    if hasattr(fn, "__func__"):  # a bound method (or JitFunction's weakly bound one)
         roots.append(fn.__self__)
     elif not isinstance(fn, types.FunctionType):
         roots.append(fn)  # a callable object: its attributes hold the state
@@ -67,7 +67,7 @@ def bindings(fn) -> list:
     through its closure and the globals it names.  A replay checks they are the same
     objects still (`rebound`): a user who binds `model` to a new model gets a new
     capture, not the old model trained on."""
-    target = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    target = getattr(fn, "__func__", fn)
     found = []
     for cell in getattr(target, "__closure__", None) or ():
         try:
@@ -79,6 +79,23 @@ def bindings(fn) -> list:
         g = getattr(target, "__globals__", {})
         found.extend((g, name, g[name]) for name in _global_names(code) if name in g)
     return found
+
+
+def rebound_values(before, after) -> list:
+    """The names of `before`'s variables that hold another object in `after`, other
+    than Tensors (a Tensor the call rebinds is a state slot, see Names)."""
+    now = {(id(where), name): obj for where, name, obj in after}
+    changed = []
+    for where, name, obj in before:
+        new = now.get((id(where), name), obj)
+        if new is not obj and not _tensors(new) and not _tensors(obj):
+            changed.append(name or getattr(where, "__qualname__", "a closure variable"))
+    return changed
+
+
+def _tensors(value) -> bool:
+    return isinstance(value, Tensor) or (isinstance(value, tuple) and bool(value)
+                                         and all(isinstance(v, Tensor) for v in value))
 
 
 def rebound(bindings) -> bool:
@@ -106,7 +123,7 @@ def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None,
     dict, list or object held to `held` (a replay needs the same ones: a submodule
     swapped for another is read from the new one)."""
     from ..nn import Module
-    found, seen, stack = [], set(), [(r, 0) for r in roots]
+    found, seen, stack, candidates = [], set(), [(r, 0) for r in roots], []
     while stack and len(seen) < limit:
         obj, depth = stack.pop()
         if id(obj) in seen or depth > 64 or isinstance(obj, (Tensor, str, bytes, int, float, type,
@@ -143,8 +160,13 @@ def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None,
                 if held is not None and (isinstance(value, (dict, list)) or (
                         hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType, types.FunctionType,
                                                                                 types.MethodType)))):
-                    held.append((obj, key, value))
+                    candidates.append((obj, key, value))
                 stack.append((value, depth + 1))
+    if held is not None:  # (modules, and what holds state itself: a list of floats a scheduler
+        # replaces at every step is no reason to capture again)
+        with_state = {id(container) for container, _, _ in found}
+        held.extend(entry for entry in candidates if isinstance(entry[2], Module) or id(entry[2]) in with_state
+                    or id(getattr(entry[2], "__dict__", None)) in with_state)
     return found
 
 
@@ -202,6 +224,18 @@ def still_held(held) -> bool:
         except (KeyError, IndexError):
             return False
     return True
+
+
+def filled(empty) -> list:
+    """The Tensors now in the slots of `empty` that held None (state the call made)."""
+    found = []
+    for container, key in empty:
+        try:
+            value = container[key]
+        except (KeyError, IndexError):
+            continue
+        found.extend(t for t in (value if isinstance(value, tuple) else (value,)) if isinstance(t, Tensor))
+    return found
 
 
 def still_empty(empty) -> bool:

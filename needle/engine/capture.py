@@ -89,7 +89,8 @@ class Recorder:
         self.readers = {}         # id(NDArray) -> (weakref to the Tensor read, user line)
         self.created_ids = set()  # ids of tensors made during the call ...
         self.created = []         # ... and weak references to them
-        self.actions = []         # ("draw", index) | ("call", callback), in call order
+        self.actions = []         # ("draw", index) | ("call", callback), in call order, each with the
+        #                           number of schedules run before it (a replay keeps that order)
         self.draws = []           # (fn, args, kwargs, NDArray drawn)
         self.guards = []          # (read, value): replays need read() == value
         self.checks = []          # (NDArray checked, fn(numpy values)), in call order
@@ -118,11 +119,11 @@ class Recorder:
         self.runs.append(HostRun(fn, inputs, outputs, device))
 
     def draw(self, fn, args, kwargs, tensor) -> None:
-        self.actions.append(("draw", len(self.draws)))
+        self.actions.append(("draw", len(self.draws), len(self.runs)))
         self.draws.append((fn, args, kwargs, tensor._cached_data))
 
     def call(self, callback) -> None:
-        self.actions.append(("call", callback))
+        self.actions.append(("call", callback, len(self.runs)))
 
     def guard(self, read) -> None:
         self.guards.append((read, read()))

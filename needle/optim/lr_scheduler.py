@@ -8,8 +8,11 @@ agree with PyTorch's recursive forms whenever nobody else changes `optimizer.lr`
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, List, Optional
+
+from ..engine import capture as _capture
 
 __all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR", "LambdaLR"]
 
@@ -29,11 +32,13 @@ class LRScheduler:
         raise NotImplementedError()
 
     def step(self, epoch: Optional[int] = None) -> None:
-        """Advance one epoch (or jump to `epoch`) and set `optimizer.lr`."""
+        """Advance one epoch (or jump to `epoch`) and set `optimizer.lr`.  Called inside
+        a step captured by needle.jit, each replay steps it again, at the same point."""
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         lr = float(self.get_lr())
         self.optimizer.lr = lr
         self._last_lr = [lr]
+        _capture.on_replay(self.step if epoch is None else functools.partial(self.step, epoch))
 
     def get_last_lr(self) -> List[float]:
         """The rate last set, as a list (one entry per parameter group, like PyTorch)."""

@@ -734,3 +734,112 @@ def test_a_loop_variable_named_like_an_attribute_the_step_uses_does_not_recaptur
             scope["step"] = step
             fn(*_data(0))
         assert fn.replays == 6
+
+
+# ---- found by re-running the checks after the fixes above --------------------------------------
+def test_tuple_state_reset_to_none_is_made_anew_as_a_tuple():
+    # (a replay wrote one Tensor where the call wrote an (h, c) pair, or left it None)
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm, self.h, self.last = nn.LSTM(3, 4), None, None
+
+        def forward(self, x):
+            o, h = self.lstm(x, self.h)
+            self.h = (h[0].detach(), h[1].detach())
+            self.last = (o, h[1])  # written, never read
+            return o.sum()
+
+    def run(use_jit):
+        np.random.seed(0)
+        m = M()
+        fn = ndl.jit(m.forward) if use_jit else m.forward
+        x = ndl.Tensor(np.ones((2, 1, 3), "float32"), requires_grad=False)
+        out = []
+        for epoch in range(3):
+            m.h = None
+            for _ in range(2):
+                m.last = None
+                out.append(fn(x).numpy().copy())
+                assert type(m.h) is tuple and type(m.last) is tuple
+                out += [t.numpy().copy() for t in m.h + m.last]
+        return out
+    _both(run)
+
+
+def test_a_scheduler_stepped_inside_the_step_steps_at_each_replay():
+    def run(use_jit):
+        model = _small_model()
+        opt = optim.SGD(model.parameters(), lr=0.5)
+        sched = StepLR(opt, step_size=1, gamma=0.5)
+
+        def step(x, y):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x), y)
+            loss.backward()
+            opt.step()
+            sched.step()  # (after the optimizer's step: a replay keeps the order)
+            return loss
+        fn = ndl.jit(step) if use_jit else step
+        out = [fn(*_data(i)).numpy().copy() for i in range(6)]
+        assert not use_jit or fn.replays == 4
+        return out + [np.array(opt.lr), np.array(sched.last_epoch)]
+    _both(run)
+
+
+def test_python_state_the_step_rebinds_runs_plainly_with_a_warning():
+    src = ("calls = 0\n"
+           "def step(x):\n"
+           "    global calls\n"
+           "    calls += 1\n"
+           "    return model(x).sum()\n")
+    with ndl.lazy(True):
+        scope = {"model": _small_model()}
+        exec(src, scope)
+        fn = ndl.jit(scope["step"])
+        with pytest.warns(UserWarning, match="rebinds calls"):
+            for i in range(5):
+                fn(_data(i)[0])
+        assert scope["calls"] == 5 and fn.replays == 0
+
+
+def test_a_function_that_never_replays_runs_plainly_with_a_warning():
+    # a float argument new at every call: each call a new capture, none replayed
+    with ndl.lazy(True):
+        model = _small_model()
+        fn = ndl.jit(lambda x, scale: model(x).sum() * scale, max_captures=2)
+        with pytest.warns(UserWarning, match="none replayed"):
+            got = [float(fn(_data(0)[0], 0.5 + i).numpy()) for i in range(8)]
+        want = [float((model(_data(0)[0]).sum() * (0.5 + i)).numpy()) for i in range(8)]
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert fn.replays == 0
+
+
+def test_a_jitted_method_does_not_keep_its_instances_alive():
+    import gc
+    import weakref
+
+    class Trainer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = _small_model()
+            self.opt = optim.Adam(self.model.parameters(), lr=0.01)
+
+        @ndl.jit
+        def train_step(self, x, y):
+            self.opt.reset_grad()
+            loss = nn.SoftmaxLoss()(self.model(x), y)
+            loss.backward()
+            self.opt.step()
+            return loss
+
+    with ndl.lazy(True):
+        refs = []
+        for _ in range(3):
+            t = Trainer()
+            for i in range(3):
+                t.train_step(*_data(i))
+            refs.append(weakref.ref(t))
+            del t
+        gc.collect()
+        assert all(r() is None for r in refs)
