@@ -517,26 +517,32 @@ def test_optimizer_load_state_dict_after_a_capture_is_what_replays_use():
     _both(run)
 
 
-def test_state_set_to_none_between_calls_is_started_again():
-    class Stateful(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.cell = nn.RNNCell(6, 4)
-            self.h = None
+class _Stateful(nn.Module):
+    """An RNN cell carrying its hidden state in an attribute (None: start from zeros)."""
 
-        def forward(self, x):
-            self.h = self.cell(x, self.h)
-            return self.h.sum()
+    def __init__(self):
+        super().__init__()
+        self.cell, self.h = nn.RNNCell(6, 4), None
 
+    def forward(self, x):
+        self.h = self.cell(x, self.h)
+        return self.h.sum()
+
+
+@pytest.mark.parametrize("resets", [(1, 5), tuple(range(6))], ids=["sometimes", "before-every-call"])
+def test_state_set_to_none_between_calls_is_started_again(resets):
+    # (a replay ignored the None, or crashed; reset before every call, none was kept and
+    # no call replayed)
     def run(use_jit):
         np.random.seed(0)
-        model = Stateful()
+        model = _Stateful()
         fn = ndl.jit(model.forward) if use_jit else model.forward
         out = []
-        for i in range(9):
-            if i in (1, 5):
-                model.h = None  # a new sequence
-            out.append(fn(_data(i)[0]).numpy().copy())
+        for i in range(6):
+            if i in resets:
+                model.h = None
+            out += [fn(_data(i)[0]).numpy().copy(), model.h.numpy().copy()]
+        assert not use_jit or fn.replays >= 3
         return out
     _both(run)
 
@@ -688,30 +694,6 @@ def test_an_input_that_stops_or_starts_requiring_grad_gets_its_own_capture():
             out.append(np.array(x.grad is not None))
             if x.grad is not None:
                 out.append(x.grad.numpy().copy())
-        return out
-    _both(run)
-
-
-def test_state_reset_to_none_before_every_call_replays():
-    # (each capture made the state it had as None, and none was kept: no call replayed)
-    class Stateful(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.cell, self.h = nn.RNNCell(6, 4), None
-
-        def forward(self, x):
-            self.h = self.cell(x, self.h)
-            return self.h.sum()
-
-    def run(use_jit):
-        np.random.seed(0)
-        model = Stateful()
-        fn = ndl.jit(model.forward) if use_jit else model.forward
-        out = []
-        for i in range(6):
-            model.h = None
-            out += [fn(_data(i)[0]).numpy().copy(), model.h.numpy().copy()]
-        assert not use_jit or fn.replays >= 3
         return out
     _both(run)
 
