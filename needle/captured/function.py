@@ -171,6 +171,7 @@ class JitFunction:
                     self.captures.move_to_end(key)
                 result = step.replay(arrays, inputs)
                 if result is not STALE:
+                    step.switch_modes()
                     self.replays += 1
                     self.misses = 0
                     return result
@@ -189,8 +190,10 @@ class JitFunction:
     def _capture(self, key, inputs, args, kwargs):
         roots = state.roots(self.fn, args, kwargs)
         names_before = state.bindings(self.fn)
+        numbers = state.dict_numbers(names_before)
         modules, empty = [], []
         slots_before = state.slots(roots, modules, empty=empty)
+        modes = [m.training for m in modules]  # (what a call starts from: the step may switch them)
         # state still pending from earlier calls (the warm-up's, a plain lazy loop's) becomes
         # buffers the capture reads; else its graph would be folded into the capture, and
         # every replay would start again from the state those calls began with
@@ -229,8 +232,10 @@ class JitFunction:
                               f"(reset() tries again)", stacklevel=3)
             return result
         self.unkept = 0
+        # (a number the call itself changed is its output, not what it read: a counter)
+        numbers = [entry for entry in numbers if state.same_numbers([entry])]
         step = CapturedStep(recorder, inputs, result, slots_before, roots, modules, empty, state.bindings(self.fn),
-                            held, state.frozen_flags(slots_after))
+                            held, state.frozen_flags(slots_after), modes, numbers)
         self.captures.setdefault(key, []).append(step)
         self.captures.move_to_end(key)
         while sum(len(v) for v in self.captures.values()) > self.max_captures:

@@ -47,10 +47,15 @@ class CapturedStep:
     """The schedules of one call and the bindings that replay them."""
 
     def __init__(self, recorder: capture.Recorder, inputs: list, result, slots_before, roots, modules,
-                 empty=(), bindings=(), held=(), flags=()):
+                 empty=(), bindings=(), held=(), flags=(), modes=None, numbers=()):
         # (weakly: a method's capture must not keep its instance alive)
         self.modules = [weakref.ref(m) for m in modules]
-        self.training = tuple(m.training for m in modules)
+        #: the modules' train / eval modes the call started from (`modes`), and those the call
+        #: switched (a step that starts with `model.train()`), which each replay switches too
+        self.training = tuple(modes if modes is not None else (m.training for m in modules))
+        self.switched = [(weakref.ref(m), m.training) for m, before in zip(modules, self.training)
+                         if m.training != before]
+        self.numbers = list(numbers)
         #: what else a replay needs unchanged (see `matches`): the values the function's
         #: Python branched on, the slots that held None, the objects its names held, the
         #: modules and containers where they were, the parameters' requires_grad
@@ -173,7 +178,7 @@ class CapturedStep:
     # ---- replay ----------------------------------------------------------------------------
     def matches(self) -> bool:
         """Whether this capture is what the function would do now: its modules in the
-        same train / eval modes, its guards' values the same (an optimizer's momentum
+        same train / eval modes, the numbers in dicts it names the same, its guards' values the same (an optimizer's momentum
         still zero or not), its parameters' requires_grad the same, the slots that held
         None still empty, its modules and containers where they were (no submodule
         swapped), and its names bound to the same objects."""
@@ -187,7 +192,15 @@ class CapturedStep:
         for t, flag in self.flags:
             if t.requires_grad != flag:
                 return False
-        return state.still_empty(self.empty) and state.still_held(self.held) and not state.rebound(self.bindings)
+        return (state.still_empty(self.empty) and state.still_held(self.held) and state.same_numbers(self.numbers)
+                and not state.rebound(self.bindings))
+
+    def switch_modes(self) -> None:
+        """The train / eval switches the captured call made (none, usually)."""
+        for ref, training in self.switched:
+            m = ref()
+            if m is not None:
+                m.training = training
 
     def replay(self, arrays: list, inputs=()):
         """Run the captured schedules on this call's input arrays (realized NDArrays;

@@ -98,6 +98,25 @@ def _tensors(value) -> bool:
                                          and all(isinstance(v, Tensor) for v in value))
 
 
+def dict_numbers(bindings) -> list:
+    """(dict, key, value) for each number, string, bool or None in a dict the function
+    names (`hp = {"lr": ..., "l2": ...}` read inside a step): a replay needs the same
+    values, which the capture baked into its kernels as constants."""
+    return [(obj, key, value) for _, _, obj in bindings if type(obj) is dict for key, value in obj.items()
+            if value is None or isinstance(value, (bool, int, float, str))]
+
+
+def same_numbers(numbers) -> bool:
+    for container, key, value in numbers:
+        now = container.get(key, _MISSING)
+        if now is not value and now != value and not (now != now and value != value):
+            return False
+    return True
+
+
+_MISSING = object()
+
+
 def rebound(bindings) -> bool:
     """Whether a binding of `bindings` holds another object now."""
     for where, name, obj in bindings:

@@ -825,3 +825,57 @@ def test_a_jitted_method_does_not_keep_its_instances_alive():
             del t
         gc.collect()
         assert all(r() is None for r in refs)
+
+
+def test_numbers_in_a_dict_the_step_names_are_what_replays_use():
+    # (hp["l2"] read inside the step was a constant of the capture)
+    hp = {"l2": 0.0}
+
+    def run(use_jit):
+        model = _small_model()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x), y) + hp["l2"] * (model.modules[0].weight ** 2).sum()
+            loss.backward()
+            opt.step()
+            return loss
+        fn = ndl.jit(step) if use_jit else step
+        out = []
+        for i in range(8):
+            hp["l2"] = 0.1 * (i // 3)  # three calls each
+            out.append(fn(*_data(i)).numpy().copy())
+        assert not use_jit or fn.replays >= 3
+        return out + [p.numpy().copy() for p in model.parameters()]
+    _both(run)
+
+
+def test_a_step_that_switches_train_and_eval_itself_replays():
+    # (each capture kept the mode the call ended in, and the other function had switched it
+    # back: no call replayed)
+    def run(use_jit):
+        np.random.seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.3), nn.Linear(8, 3))
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def train(x, y):
+            model.train()
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        def evaluate(x):
+            model.eval()
+            return model(x).sum()
+        train_fn, eval_fn = (ndl.jit(train), ndl.jit(evaluate)) if use_jit else (train, evaluate)
+        out = []
+        np.random.seed(1)
+        for i in range(8):
+            out += [train_fn(*_data(i)).numpy().copy(), eval_fn(_data(i)[0]).numpy().copy(),
+                    np.array(model.training)]
+        assert not use_jit or (train_fn.replays >= 5 and eval_fn.replays >= 5)
+        return out
+    _both(run)
