@@ -178,14 +178,15 @@ def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None,
             else:
                 if held is not None and (isinstance(value, (dict, list)) or (
                         hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType, types.FunctionType,
-                                                                                types.MethodType)))):
+                                                                                types.MethodType)))
+                        or (isinstance(value, tuple) and any(isinstance(v, Module) for v in value))):
                     candidates.append((obj, key, value))
                 stack.append((value, depth + 1))
     if held is not None:  # (modules, and what holds state itself: a list of floats a scheduler
         # replaces at every step is no reason to capture again)
         with_state = {id(container) for container, _, _ in found}
-        held.extend(entry for entry in candidates if isinstance(entry[2], Module) or id(entry[2]) in with_state
-                    or id(getattr(entry[2], "__dict__", None)) in with_state)
+        held.extend(entry for entry in candidates if isinstance(entry[2], (Module, tuple)) or id(entry[2]) in with_state
+                    or id(getattr(entry[2], "__dict__", None)) in with_state)  # (a tuple: Sequential's layers)
     return found
 
 

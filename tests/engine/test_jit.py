@@ -879,3 +879,18 @@ def test_a_step_that_switches_train_and_eval_itself_replays():
         assert not use_jit or (train_fn.replays >= 5 and eval_fn.replays >= 5)
         return out
     _both(run)
+
+
+def test_a_layer_swapped_in_a_sequential_is_what_replays_use():
+    # (Sequential keeps its layers in a tuple: a new tuple is a new model)
+    with ndl.lazy(True):
+        np.random.seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+        fn = ndl.jit(lambda x: model(x))
+        x = _data(0)[0]
+        for _ in range(3):
+            fn(x)
+        model.modules = model.modules[:2] + (nn.Linear(8, 3),)
+        np.testing.assert_array_equal(fn(x).numpy(), model(x).numpy())
+        fn(x)
+        assert fn.replays == 2  # (once before the swap, once after its new capture)
