@@ -191,8 +191,8 @@ class JitFunction:
         roots = state.roots(self.fn, args, kwargs)
         names_before = state.bindings(self.fn)
         numbers = state.dict_numbers(names_before)
-        modules, empty = [], []
-        slots_before = state.slots(roots, modules, empty=empty)
+        modules, empty, numbers_before = [], [], []
+        slots_before = state.slots(roots, modules, empty=empty, numbers=numbers_before)
         modes = [m.training for m in modules]  # (what a call starts from: the step may switch them)
         # state still pending from earlier calls (the warm-up's, a plain lazy loop's) becomes
         # buffers the capture reads; else its graph would be folded into the capture, and
@@ -212,12 +212,13 @@ class JitFunction:
         finally:
             capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = None, None, None
         gc.collect()
-        rebound = state.rebound_values(names_before, state.bindings(self.fn))
+        rebound = (state.rebound_values(names_before, state.bindings(self.fn))
+                   + state.changed_numbers(numbers_before, recorder.advanced))
         if rebound:  # (a replay runs no Python: `counter += 1` would never happen again)
             self.unkept = UNKEPT_LIMIT
-            warnings.warn(f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): the function rebinds "
-                          f"{', '.join(rebound)}, which a replay could not do; it runs without capture "
-                          f"(keep such state on an object, or outside the function)", stacklevel=3)
+            warnings.warn(f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): the function changes "
+                          f"{', '.join(sorted(set(rebound)))}, which a replay could not do; it runs without capture "
+                          f"(change such Python state outside the function)", stacklevel=3)
             return result
         held = []
         slots_after = state.slots(roots, held=held)

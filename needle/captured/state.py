@@ -98,6 +98,24 @@ def _tensors(value) -> bool:
                                          and all(isinstance(v, Tensor) for v in value))
 
 
+def changed_numbers(numbers, advanced) -> list:
+    """The keys of `numbers` (see `slots`) whose value a call changed, other than in the
+    attributes of the objects in `advanced` (replay callbacks advance those) and modules'
+    train / eval modes (a replay switches those)."""
+    exempt = {id(getattr(x, "__dict__", None)) for x in advanced}
+    changed = []
+    for container, key, value in numbers:
+        if id(container) in exempt or key == "training":
+            continue
+        try:
+            now = container[key]
+        except (KeyError, IndexError):
+            now = _MISSING
+        if now is not value and now != value:
+            changed.append(str(key))
+    return changed
+
+
 def dict_numbers(bindings) -> list:
     """(dict, key, value) for each number, string, bool or None in a dict the function
     names (`hp = {"lr": ..., "l2": ...}` read inside a step): a replay needs the same
@@ -131,7 +149,8 @@ def rebound(bindings) -> bool:
     return False
 
 
-def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None, held: list = None) -> list:
+def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None, held: list = None,
+          numbers: list = None) -> list:
     """(container, key, value) for every Tensor (or tuple of them) held in a dict, a
     list or an object's attributes reachable from `roots` (modules, optimizers, user
     objects), so that a value the call replaced can be matched with its successor.
@@ -140,7 +159,8 @@ def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None,
     not made yet, such as a hidden state the function starts from zeros when it is
     None: a replay needs it None still), and (container, key, object) of each module,
     dict, list or object held to `held` (a replay needs the same ones: a submodule
-    swapped for another is read from the new one)."""
+    swapped for another is read from the new one), and (container, key, value) of each
+    number, string or bool in a dict or an object's attributes to `numbers`."""
     from ..nn import Module
     found, seen, stack, candidates = [], set(), [(r, 0) for r in roots], []
     while stack and len(seen) < limit:
@@ -169,6 +189,9 @@ def slots(roots, modules: list = None, limit: int = 200_000, empty: list = None,
             if value is None:
                 if empty is not None:
                     empty.append((obj, key))
+            elif isinstance(value, (bool, int, float, str)):
+                if numbers is not None and isinstance(obj, (dict, list)):
+                    numbers.append((obj, key, value))
             elif isinstance(value, Tensor) or (isinstance(value, tuple) and value and
                                              all(isinstance(v, Tensor) for v in value)):
                 found.append((obj, key, value))

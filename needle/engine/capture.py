@@ -93,6 +93,7 @@ class Recorder:
         #                           number of schedules run before it (a replay keeps that order)
         self.draws = []           # (fn, args, kwargs, NDArray drawn)
         self.guards = []          # (read, value): replays need read() == value
+        self.advanced = []        # objects whose Python state the replay callbacks advance
         self.checks = []          # (NDArray checked, fn(numpy values)), in call order
 
     def mine(self) -> bool:
@@ -147,12 +148,17 @@ def draw(fn, args, kwargs, tensor) -> None:
         r.draw(fn, args, kwargs, tensor)
 
 
-def on_replay(callback) -> None:
+def on_replay(callback, *changes) -> None:
     """Have `callback()` run at every replay of the step being captured (for Python
-    state the step advances, such as an optimizer's step count).  A no-op otherwise."""
+    state the step advances, such as an optimizer's step count).  The objects it
+    changes (its own, for a bound method, and `changes`) may change during the call;
+    any other Python number a captured call changes makes the function run plainly.
+    A no-op when nothing is being captured."""
     r = CURRENT
     if r is not None and r.mine():
         r.call(callback)
+        owner = getattr(callback, "__self__", None) or getattr(getattr(callback, "func", None), "__self__", None)
+        r.advanced.extend(x for x in (owner, *changes) if x is not None)
 
 
 def guard(read) -> None:

@@ -38,7 +38,7 @@ class LRScheduler:
         lr = float(self.get_lr())
         self.optimizer.lr = lr
         self._last_lr = [lr]
-        _capture.on_replay(self.step if epoch is None else functools.partial(self.step, epoch))
+        _capture.on_replay(self.step if epoch is None else functools.partial(self.step, epoch), self.optimizer)
 
     def get_last_lr(self) -> List[float]:
         """The rate last set, as a list (one entry per parameter group, like PyTorch)."""
