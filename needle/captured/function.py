@@ -126,6 +126,7 @@ class JitFunction:
         self.replays = 0
         self.unkept = 0  # captures in a row not kept: the call made new state each time
         self.misses = 0  # calls in a row that captured instead of replaying
+        self.plain = False  # no capture can hold: every call runs the function (see _run_plainly)
 
     def __get__(self, obj, objtype=None):  # @needle.jit on a method: captures per instance
         if obj is None:
@@ -143,7 +144,7 @@ class JitFunction:
         if capture.CURRENT is not None:  # a jitted function called inside a capture: inline it
             return self.fn(*args, **kwargs)
         self.calls += 1
-        if self.calls == 1 or self.unkept >= UNKEPT_LIMIT:
+        if self.calls == 1 or self.plain:
             return self.fn(*args, **kwargs)  # warm-up (optimizers create their state), or no capture holds
         if not args and not kwargs:  # f(): nothing to key (a closure over its state)
             inputs, arrays, key = (), [], _NO_ARGUMENTS
@@ -179,13 +180,18 @@ class JitFunction:
                 break
         self.misses += 1
         if self.misses > MISSES_LIMIT * self.max_captures:  # (a float argument new at every call...)
-            self.unkept = UNKEPT_LIMIT
-            warnings.warn(f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): {self.misses - 1} calls in a "
-                          f"row made new captures and none replayed (a non-Tensor argument new at every call, more "
-                          f"input shapes than max_captures={self.max_captures}?); it runs without capture from now "
-                          f"on (reset() tries again)", stacklevel=2)
+            self._run_plainly(f"{self.misses - 1} calls in a row made new captures and none replayed (a non-Tensor "
+                              f"argument new at every call, more input shapes than "
+                              f"max_captures={self.max_captures}?)", stacklevel=3)
             return self.fn(*args, **kwargs)
         return self._capture(key, inputs, args, kwargs)
+
+    def _run_plainly(self, why: str, stacklevel: int = 4) -> None:
+        """From now on (until reset()) every call runs the function, saying why (the
+        warning names the user's line: `stacklevel` frames up from here)."""
+        self.plain = True
+        warnings.warn(f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): {why}; it runs without capture "
+                      f"from now on (reset() tries again)", stacklevel=stacklevel)
 
     def _capture(self, key, inputs, args, kwargs):
         roots = state.roots(self.fn, args, kwargs)
@@ -212,13 +218,12 @@ class JitFunction:
         finally:
             capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = None, None, None
         gc.collect()
-        rebound = (state.rebound_values(names_before, state.bindings(self.fn))
-                   + state.changed_numbers(numbers_before, recorder.advanced))
-        if rebound:  # (a replay runs no Python: `counter += 1` would never happen again)
-            self.unkept = UNKEPT_LIMIT
-            warnings.warn(f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): the function changes "
-                          f"{', '.join(sorted(set(rebound)))}, which a replay could not do; it runs without capture "
-                          f"(change such Python state outside the function)", stacklevel=3)
+        names_after = state.bindings(self.fn)
+        changed = state.rebound_values(names_before, names_after) + state.changed_numbers(numbers_before,
+                                                                                           recorder.advanced)
+        if changed:  # (a replay runs no Python: `counter += 1` would never happen again)
+            self._run_plainly(f"the function changes {', '.join(sorted(set(changed)))}, which a replay could not do "
+                              f"(change such Python state outside the function)")
             return result
         held = []
         slots_after = state.slots(roots, held=held)
@@ -228,14 +233,12 @@ class JitFunction:
             # which replays must not repeat; the next call captures from the state now
             self.unkept += 1
             if self.unkept == UNKEPT_LIMIT:
-                warnings.warn(f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): each call makes state the "
-                              f"last one did not have (a list that grows?); it runs without capture from now on "
-                              f"(reset() tries again)", stacklevel=3)
+                self._run_plainly("each call makes state the last one did not have (a list that grows?)")
             return result
         self.unkept = 0
         # (a number the call itself changed is its output, not what it read: a counter)
-        numbers = [entry for entry in numbers if state.same_numbers([entry])]
-        step = CapturedStep(recorder, inputs, result, slots_before, roots, modules, empty, state.bindings(self.fn),
+        numbers = [entry for entry in numbers if state.unchanged(*entry)]
+        step = CapturedStep(recorder, inputs, result, slots_before, roots, modules, empty, names_after,
                             held, state.frozen_flags(slots_after), modes, numbers)
         self.captures.setdefault(key, []).append(step)
         self.captures.move_to_end(key)

@@ -178,10 +178,11 @@ class CapturedStep:
     # ---- replay ----------------------------------------------------------------------------
     def matches(self) -> bool:
         """Whether this capture is what the function would do now: its modules in the
-        same train / eval modes, the numbers in dicts it names the same, its guards' values the same (an optimizer's momentum
-        still zero or not), its parameters' requires_grad the same, the slots that held
-        None still empty, its modules and containers where they were (no submodule
-        swapped), and its names bound to the same objects."""
+        same train / eval modes, its guards' values the same (an optimizer's momentum
+        still zero or not), its parameters' requires_grad the same, the numbers in dicts
+        it names the same, the slots that held None still empty, its modules and
+        containers where they were (no submodule swapped), and its names bound to the
+        same objects."""
         for m, training in zip(self.modules, self.training):  # (no generator: every call)
             m = m()
             if m is None or m.training != training:
@@ -192,8 +193,10 @@ class CapturedStep:
         for t, flag in self.flags:
             if t.requires_grad != flag:
                 return False
-        return (state.still_empty(self.empty) and state.still_held(self.held) and state.same_numbers(self.numbers)
-                and not state.rebound(self.bindings))
+        for container, key, value in self.numbers:
+            if not state.unchanged(container, key, value):
+                return False
+        return state.still_empty(self.empty) and state.still_held(self.held) and not state.rebound(self.bindings)
 
     def switch_modes(self) -> None:
         """The train / eval switches the captured call made (none, usually)."""
@@ -217,12 +220,9 @@ class CapturedStep:
             for where, view, layout in run.leaves:
                 kind = where[0]  # (state in a slot, inputs and earlier outputs inline: the most common)
                 if kind == SLOT:
-                    held = state.in_slot(where[1], where[2], where[3])
-                    if held is None:
-                        return STALE  # the state is gone (set to None): capture again
-                    base = realized_array(held)
-                    if _layout(base) != layout:
-                        return STALE  # state changed layout since the capture: capture again
+                    base = _state_now(state.in_slot(where[1], where[2], where[3]), layout)
+                    if base is STALE:
+                        return STALE
                 elif kind == INPUT:
                     base = arrays[where[1]]
                 elif kind == OUTPUT:
@@ -293,11 +293,8 @@ class CapturedStep:
             elif kind == CONST:
                 leaves.append(what)
             else:
-                held = state.in_slot(*what) if kind == SLOT else what
-                if held is None:
-                    return STALE  # (state set to None)
-                base = realized_array(held)
-                if _layout(base) != layout:
+                base = _state_now(state.in_slot(*what) if kind == SLOT else what, layout)
+                if base is STALE:
                     return STALE
                 leaves.append(base)
         run = self.runs[0]
@@ -339,6 +336,16 @@ class CapturedStep:
             for c in run.entry.schedule.calls:
                 lines.append(f"    {c.kernel.name}")
         return "\n".join(lines)
+
+
+def _state_now(held, layout):
+    """The realized array of state `held` (a Tensor, or None where its slot was
+    emptied), or STALE when it is gone or changed layout since the capture: then the
+    function is captured again."""
+    if held is None:
+        return STALE
+    base = realized_array(held)
+    return STALE if _layout(base) != layout else base
 
 
 def _layout(array) -> tuple:
@@ -399,4 +406,4 @@ class _Value:
         self.value = value
 
 
-STALE = object()  # a replay found state with another layout: capture again
+STALE = object()  # a replay found state gone or with another layout: capture again

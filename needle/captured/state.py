@@ -103,17 +103,8 @@ def changed_numbers(numbers, advanced) -> list:
     attributes of the objects in `advanced` (replay callbacks advance those) and modules'
     train / eval modes (a replay switches those)."""
     exempt = {id(getattr(x, "__dict__", None)) for x in advanced}
-    changed = []
-    for container, key, value in numbers:
-        if id(container) in exempt or key == "training":
-            continue
-        try:
-            now = container[key]
-        except (KeyError, IndexError):
-            now = _MISSING
-        if now is not value and now != value:
-            changed.append(str(key))
-    return changed
+    return [str(key) for container, key, value in numbers
+            if id(container) not in exempt and key != "training" and not unchanged(container, key, value)]
 
 
 def dict_numbers(bindings) -> list:
@@ -124,12 +115,18 @@ def dict_numbers(bindings) -> list:
             if value is None or isinstance(value, (bool, int, float, str))]
 
 
-def same_numbers(numbers) -> bool:
-    for container, key, value in numbers:
-        now = container.get(key, _MISSING)
-        if now is not value and now != value and not (now != now and value != value):
-            return False
-    return True
+def unchanged(container, key, value) -> bool:
+    """Whether `container[key]` still holds `value` (a nan as a nan)."""
+    now = _now(container, key)
+    return now is value or now == value or (now != now and value != value)
+
+
+def _now(container, key):
+    """`container[key]`, or _MISSING where the key (a dict's, a list's) is gone."""
+    try:
+        return container[key]
+    except (KeyError, IndexError):
+        return _MISSING
 
 
 _MISSING = object()
@@ -261,10 +258,7 @@ def frozen_flags(slots) -> list:
 def still_held(held) -> bool:
     """Whether every (container, key, object) of `held` (see `slots`) holds that object."""
     for container, key, value in held:
-        try:
-            if container[key] is not value:
-                return False
-        except (KeyError, IndexError):
+        if _now(container, key) is not value:
             return False
     return True
 
@@ -273,10 +267,7 @@ def filled(empty) -> list:
     """The Tensors now in the slots of `empty` that held None (state the call made)."""
     found = []
     for container, key in empty:
-        try:
-            value = container[key]
-        except (KeyError, IndexError):
-            continue
+        value = _now(container, key)
         found.extend(t for t in (value if isinstance(value, tuple) else (value,)) if isinstance(t, Tensor))
     return found
 
@@ -284,11 +275,9 @@ def filled(empty) -> list:
 def still_empty(empty) -> bool:
     """Whether every (container, key) of `empty` (see `slots`) holds None or nothing."""
     for container, key in empty:
-        try:
-            if container[key] is not None:
-                return False
-        except (KeyError, IndexError):
-            pass
+        now = _now(container, key)
+        if now is not None and now is not _MISSING:
+            return False
     return True
 
 
