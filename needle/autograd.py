@@ -466,7 +466,7 @@ def vjp(output: Value, cotangent: Value, inputs: List[Value]) -> List[Optional[V
     """The gradients of sum(output * cotangent) with respect to `inputs`, as Tensors
     built from ops (so differentiable again), by a reverse pass over the graph between
     them; no `.grad` is set.  For fused ops whose gradient is itself a fused op: that
-    op's gradient differentiates an unfused reference (see ops_norm.py).  None for an
+    op's gradient differentiates an unfused reference (see ops/ops_fused.py).  None for an
     input the output does not depend on or that needs no gradient."""
     stop = {id(x) for x in inputs}
     order = postorder([output], lambda n: () if id(n) in stop else n.inputs)

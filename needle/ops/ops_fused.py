@@ -21,9 +21,10 @@ from .ops_shape import reshape
 
 class Fused(TensorOp):
     """Subclasses define `forward(*arrays)`, `vjp(k, g, *arrays)` (the gradient with
-    respect to input k given g = dL/d out, on arrays) and `reference(*tensors)`.
-    `forward` may keep values for `vjp` in `self.saved` (in lazy mode the same graph
-    nodes: nothing is computed twice); they are used while the op has run once."""
+    respect to input k given g = dL/d out, on arrays) and `reference(*tensors)`, and
+    may define `values(*arrays)`: intermediate values both need, which `forward` takes
+    with `keep` and `vjp` with `kept` (in lazy mode the same graph nodes: nothing is
+    computed twice; an instance that computed twice computes them again)."""
 
     saved = None
     _calls = 0
@@ -32,9 +33,16 @@ class Fused(TensorOp):
         self._calls += 1
         return self.forward(*arrays)
 
-    def kept(self):
-        """`saved` if this instance computed once (its values are this call's), else None."""
-        return self.saved if self._calls == 1 else None
+    def values(self, *arrays) -> tuple:
+        return ()
+
+    def keep(self, *arrays) -> tuple:
+        self.saved = self.values(*arrays)
+        return self.saved
+
+    def kept(self, *arrays) -> tuple:
+        """The values `forward` kept when they are this call's, else computed again."""
+        return self.saved if self._calls == 1 and self.saved is not None else self.values(*arrays)
 
     def gradient(self, out_grad, node):
         return tuple(FusedGradient(self, k)(out_grad, *node.inputs) if x.requires_grad else None
@@ -136,20 +144,19 @@ def _gate_blocks(gates, blocks: dict):
 class LSTMCellState(Fused):
     """c = sigmoid(f) * c0 + sigmoid(i) * tanh(g), from the gates and c0."""
 
-    def forward(self, gates, c0):
+    def values(self, gates, c0):
         i, f, g, _ = _blocks(gates)
-        if tuple(c0.shape) != tuple(i.shape):
+        return A.sigmoid(i), A.sigmoid(f), A.tanh(g)
+
+    def forward(self, gates, c0):
+        si, sf, tg = self.keep(gates, c0)
+        if tuple(c0.shape) != tuple(si.shape):
             raise ShapeError(f"lstm cell: c0 {fmt_shape(c0.shape)} does not match the gates' "
                              f"{fmt_shape(gates.shape)}")
-        self.saved = si, sf, tg = A.sigmoid(i), A.sigmoid(f), A.tanh(g)
         return sf * c0 + si * tg
 
     def vjp(self, k, dc, gates, c0):
-        saved = self.kept()
-        if saved is None:
-            i, f, g, _ = _blocks(gates)
-            saved = A.sigmoid(i), A.sigmoid(f), A.tanh(g)
-        si, sf, tg = saved
+        si, sf, tg = self.kept(gates, c0)
         if k == 1:
             return dc * sf
         return _gate_blocks(gates, {0: dc * tg * (si * (1 - si)), 1: dc * c0 * (sf * (1 - sf)),
@@ -164,15 +171,18 @@ class LSTMCellState(Fused):
 class LSTMCellOutput(Fused):
     """h = sigmoid(o) * tanh(c), from the gates and the new cell state c."""
 
-    def forward(self, gates, c):
+    def values(self, gates, c):
         o = _blocks(gates)[3]
         if tuple(c.shape) != tuple(o.shape):
             raise ShapeError(f"lstm cell: c {fmt_shape(c.shape)} does not match the gates' {fmt_shape(gates.shape)}")
-        self.saved = so, tc = A.sigmoid(o), A.tanh(c)
+        return A.sigmoid(o), A.tanh(c)
+
+    def forward(self, gates, c):
+        so, tc = self.keep(gates, c)
         return so * tc
 
     def vjp(self, k, dh, gates, c):
-        so, tc = self.kept() or (A.sigmoid(_blocks(gates)[3]), A.tanh(c))
+        so, tc = self.kept(gates, c)
         if k == 1:
             return dh * so * (1 - tc * tc)
         return _gate_blocks(gates, {3: dh * tc * (so * (1 - so))})

@@ -44,11 +44,19 @@ class Standardize(Fused):
         axes = normalize_axes("standardize", self.axis, len(x.shape), x.shape)
         return axes, x.shape[axes[0]]
 
-    def forward(self, x):
+    def _statistics(self, x) -> tuple:
+        """(mean, x - mean, var), the statistics with the axis kept as size 1."""
         axes, n = self._axes(x)
         mean = A.summation(x, axis=axes, keepdims=True) / n
         centered = x - A.broadcast_to(mean, x.shape)
-        var = A.summation(centered * centered, axis=axes, keepdims=True) / n
+        return mean, centered, A.summation(centered * centered, axis=axes, keepdims=True) / n
+
+    def values(self, x):
+        mean, _, var = self._statistics(x)
+        return mean, var
+
+    def forward(self, x):
+        mean, centered, var = self._statistics(x)
         self.saved = mean, var
         return centered / A.broadcast_to((var + self.eps) ** 0.5, x.shape)
 
@@ -56,11 +64,7 @@ class Standardize(Fused):
         """(g - mean(g) - x^ mean(g x^)) / std, the means along the axis, x^ the
         standardized x (from the forward's statistics when they are x's)."""
         axes, n = self._axes(x)
-        mean, var = self.kept() or (None, None)
-        if mean is None:  # (an instance called twice: its statistics are the last call's)
-            mean = A.summation(x, axis=axes, keepdims=True) / n
-            centered = x - A.broadcast_to(mean, x.shape)
-            var = A.summation(centered * centered, axis=axes, keepdims=True) / n
+        mean, var = self.kept(x)
         std = A.broadcast_to((var + self.eps) ** 0.5, x.shape)
         xhat = (x - A.broadcast_to(mean, x.shape)) / std
         mean_g = A.broadcast_to(A.summation(g, axis=axes, keepdims=True) / n, x.shape)
