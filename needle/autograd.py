@@ -119,6 +119,8 @@ class Value:
     @property
     def cached_data(self):
         """The realized data (realizes pending lazy work on access)."""
+        if _capture.CURRENT is not None and _capture.reading_from_user_code():
+            _capture.host_read("Tensor.cached_data")
         return self.realize_cached_data()
 
     @cached_data.setter
@@ -127,6 +129,8 @@ class Value:
 
     def realize_cached_data(self):
         """Run the computation this value waits for and return its live storage."""
+        if _capture.CURRENT is not None and _capture.reading_from_user_code():
+            _capture.host_read("Tensor.realize_cached_data()")
         if self._cached_data is None:  # built without data (course-style _init); compute now
             for node in find_topo_sort([self]):
                 if node._cached_data is None:
@@ -313,6 +317,8 @@ class Tensor(TensorMethods, Value):
             # the course's numpy backend keeps numpy's dtype when none is given (float64 lists)
             dtype = None if dtype is None and BACKEND == "np" else dtype_name(dtype)
             cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
+            if _capture.CURRENT is not None:  # (needle.jit: an argument's values, or a constant)
+                _capture.host_array(array, cached_data)
         self._init(None, [], cached_data=cached_data, requires_grad=requires_grad)
         if isinstance(array, Tensor):
             _outlives_step(self)  # hw1-style `W = Tensor(W - lr * W.grad)` must not chain steps

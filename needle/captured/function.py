@@ -1,92 +1,141 @@
-"""Captured steps: `needle.jit(fn)` records the compiled schedules one call of `fn`
-launches and replays them on later calls without running `fn`'s Python
-(capture.py records, state.py finds state, replay.py binds and runs).
+"""`needle.jit(fn)`: capture a step once, replay its kernels without running `fn`'s
+Python, and never be silently different from a plain call (SPEC "Captured steps").
 
-Call 1 runs `fn` plainly (optimizers create their state); call 2 runs it under a
-`capture.Recorder` and turns what it saw into a `CapturedStep`; later calls with
-the same key replay it.  A replay binds every leaf buffer of every schedule to
-where that data lives *now*:
+Everything a capture depends on is one of:
 
-- an input: the Tensor arguments of this call;
-- an output of an earlier schedule of this replay;
-- a random draw: made afresh, in the order the function made them;
-- state: the current data of the Tensor the function read (parameters), or of the
-  Tensor that replaced it during the captured call (a module attribute or an
-  optimizer's dict entry set to a new Tensor: found by comparing the containers
-  reachable from the function before and after the call);
-- a constant made inside the function (kept from the capture).
+- an **input**: every Tensor, numpy array and NDArray among the arguments (inside
+  lists, tuples and dicts too), bound by position at each call; shapes, dtypes,
+  which arguments are the same object, and every other argument (numbers, strings,
+  objects by identity) make up the key;
+- **state**: Tensors `fn` reads without receiving them, found where they live
+  (world.py), updated at each replay as a plain call would;
+- a **guard**: the Python values reachable from `fn` (world.py), checked before a
+  replay does anything; a change selects or makes another capture;
+- a reason to **run plainly**, with a warning naming it: host effects found while
+  capturing (tracing.py: print, time, numpy's RNG used directly, a numpy computation
+  on an argument), a result differentiated after the call, a step that keeps
+  changing what it depends on.
 
-Run-time scalars that are `RuntimeScalar`s (optimizer hyperparameters) are read
-again at each replay; others are constants of the capture.  After the kernels,
-every Tensor that held a result of the captured call (parameters, optimizer and
-module state, gradients) is given the new result, and the return value is rebuilt
-from fresh Tensors, so what an earlier call returned stays valid.
+Call 1 runs `fn` plainly (optimizers make their state); call 2 runs it under a
+Recorder and a Tracer and builds a CapturedStep (build.py); later calls whose key and
+guards match replay it (step.py).  `verify=N` checks the first N replays against
+plain calls (verify.py).
 """
 from __future__ import annotations
 
 import functools
-import gc
+import os
+import random
+import sys
+import types
 import warnings
 import weakref
 from collections import OrderedDict
 
+import numpy as np
+
 from .. import autograd, config
-from ..autograd import Tensor
+from ..autograd import Tensor, tensors_in
 from ..errors import JitError
-from ..ir import lazy as lazy_ir
-from ..engine import capture, schedule_cache
+from ..engine import capture
 from ..engine.realize import pending_nodes, realize_nodes
-from . import state
-from .replay import INPUT, STALE, CapturedStep, host_values, realized_array
+from . import verify as verifying
+from .build import Unsupported, build
+from .step import STALE
+from .tracing import Tracer, global_names, traced
+from .world import SIMPLE, World, same_rng_state
 
-
-#: captures in a row that a call's new state kept from being kept, after which a function
-#: runs plainly (each capture costs a plain call and a recording)
-UNKEPT_LIMIT = 3
+_NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: captures in a row that changed what they depend on (`self.seen += 1`), after which
+#: a function runs plainly
+UNKEPT_LIMIT = 2
 #: calls in a row that captured, as a multiple of max_captures, after which a function
 #: that never replays runs plainly
 MISSES_LIMIT = 2
 
 
-# ---- the function's arguments -------------------------------------------------------------
-def _flatten(value, tensors: list):
-    """A hashable template of `value` with its Tensors replaced by their index in
-    `tensors` (appended), so two calls match when their templates do."""
-    if isinstance(value, Tensor):
-        tensors.append(value)
-        return (INPUT, len(tensors) - 1)
-    if isinstance(value, (list, tuple)):  # (a list, not a generator: this runs on every call)
-        return (type(value).__name__, *[_flatten(v, tensors) for v in value])
-    if isinstance(value, dict):
-        return ("dict",) + tuple((k, _flatten(v, tensors)) for k, v in value.items())
-    try:
-        hash(value)
-        return ("value", type(value), value)
-    except TypeError:
-        return ("object", id(value))
+class Call:
+    """One call's arguments: `flat` (every leaf, in order), `inputs` (the Tensors),
+    `arrays` (their realized arrays, then NDArray arguments), `values` (numpy arrays by
+    flat position) and `key` (everything else, and the layouts)."""
 
+    __slots__ = ("flat", "inputs", "arrays", "values", "key", "input_grads", "_positions", "owners")
 
-def _pending(value) -> list:
-    """The pending nodes of a slot's value: a Tensor or a tuple of them."""
-    return [n for t in (value if isinstance(value, tuple) else (value,)) for n in pending_nodes(t)]
+    def __init__(self, args, kwargs):
+        self.flat, self.inputs, self.arrays, self.values, self.owners = [], [], [], {}, []
+        self._positions = None
+        if not kwargs and all(type(a) is Tensor for a in args):  # f(x, y): no walk
+            self.flat, self.inputs = list(args), list(args)
+            template = _tensors_template(len(args))
+        else:
+            template = (self._flatten(args), self._flatten(kwargs) if kwargs else ())
+        layouts = []
+        for t in self.inputs:
+            a = t._cached_data
+            if getattr(a, "is_lazy", False):
+                a = t.realize_cached_data()
+            if not hasattr(a, "_handle"):
+                raise _Plain  # (a TensorTuple's data, or the numpy backend)
+            layouts.append((a._shape, a._dtype, a._device.name, a._strides, a._offset, t.requires_grad))
+            self.arrays.append(a)
+            self.owners.append(t)
+        for a in self.flat:
+            if type(a).__name__ == "NDArray" and hasattr(a, "_handle"):
+                layouts.append((a._shape, a._dtype, a._device.name, a._strides, a._offset))
+                self.arrays.append(a)
+                self.owners.append(None)
+        if any(layout[2] not in ("cpu", "cuda") for layout in layouts):
+            raise _Plain  # cpu_numpy runs op by op in numpy: nothing to capture
+        self.input_grads = [t.grad for t in self.inputs]
+        ids = [id(x) for x in self.flat if not isinstance(x, SIMPLE)]
+        aliases = None if len(set(ids)) == len(ids) else tuple(ids.index(i) for i in ids)
+        self.key = (template, tuple(layouts), aliases, autograd.GRAD_ENABLED)
 
+    def _flatten(self, value):
+        if isinstance(value, Tensor):
+            self.inputs.append(value)
+            self.flat.append(value)
+            return "T"
+        if isinstance(value, np.ndarray):
+            self.values[len(self.flat)] = value
+            self.flat.append(value)
+            return ("A", value.shape, value.dtype.str, value.strides)
+        if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
+            return (type(value), *[self._flatten(v) for v in value])
+        if type(value) is dict:
+            return (dict, *[(k, self._flatten(v)) for k, v in value.items()])
+        self.flat.append(value)
+        if isinstance(value, SIMPLE):
+            return (type(value), value)
+        return ("O", id(value))
 
-def _all_tensors(values) -> bool:
-    for v in values:  # (a loop, not a generator: this runs on every call)
-        if type(v) is not Tensor:
-            return False
-    return True
+    def array_owner(self, i):
+        return self.owners[i]
+
+    def position(self, value):
+        """The flat position of an argument object (not a number), or None."""
+        if isinstance(value, SIMPLE):
+            return None
+        if self._positions is None:
+            self._positions = {}
+            for i, x in enumerate(self.flat):
+                self._positions.setdefault(id(x), i)
+        return self._positions.get(id(value))
+
+    def objects(self):
+        """(position, argument) for the arguments that are neither inputs nor numbers."""
+        return [(i, x) for i, x in enumerate(self.flat) if not isinstance(x, (SIMPLE, Tensor, np.ndarray))
+                and type(x).__name__ != "NDArray"]
 
 
 @functools.lru_cache(maxsize=64)
-def _tensor_args(n: int) -> tuple:
-    """The key `_flatten` gives the arguments of f(t_0, ..., t_{n-1}), all Tensors
-    (and no keywords)."""
-    return (("tuple", *[(INPUT, i) for i in range(n)]), ())
+def _tensors_template(n: int) -> tuple:
+    """What `Call._flatten` makes of f(t_0, ..., t_{n-1}), all Tensors, no keywords."""
+    return ((tuple,) + ("T",) * n, ())
 
 
-#: the key of a call without arguments (what the general walk gives it)
-_NO_ARGUMENTS = (*_tensor_args(0), ())
+class _Plain(Exception):
+    """These arguments cannot be captured (the numpy backend's arrays): run plainly."""
 
 
 class _WeakMethod:
@@ -108,140 +157,179 @@ class _WeakMethod:
 class JitFunction:
     """`fn` with captured steps; see the module docstring and SPEC "Captured steps"."""
 
-    holds_no_state = True  # state.slots does not walk into it
+    holds_no_state = True  # a world does not walk into it
 
-    def __init__(self, fn, max_captures: int = 8):
+    def __init__(self, fn, max_captures: int = 8, verify: int = 0):
         if not callable(fn):
             raise JitError(f"needle.jit: expected a function, got {type(fn).__name__}")
         if not isinstance(max_captures, int) or max_captures < 1:
             raise JitError(f"needle.jit: max_captures must be a positive integer, got {max_captures!r}")
+        if not isinstance(verify, int) or verify < 0:
+            raise JitError(f"needle.jit: verify must be a non-negative integer, got {verify!r}")
         self.fn, self.max_captures = fn, max_captures
+        self.verify = verify or int(os.environ.get("NEEDLE_JIT_VERIFY", "0") or 0)
         functools.update_wrapper(self, fn)
         self.reset()
 
     def reset(self) -> None:
         """Drop every capture; the next call runs the function plainly again."""
         self.captures: "OrderedDict[object, list]" = OrderedDict()
-        self.calls = 0
-        self.replays = 0
-        self.unkept = 0  # captures in a row not kept: the call made new state each time
-        self.misses = 0  # calls in a row that captured instead of replaying
-        self.plain = False  # no capture can hold: every call runs the function (see _run_plainly)
+        self.calls = self.replays = self.verified = 0
+        self.unkept = 0    # captures in a row that changed what they depend on
+        self.misses = 0    # calls in a row that captured instead of replaying
+        self.plain = False
+        self._results = []  # (weak Tensor returned with a graph, its .grad then)
 
     def __get__(self, obj, objtype=None):  # @needle.jit on a method: captures per instance
         if obj is None:
             return self
         bound = self.__dict__.setdefault("_bound", weakref.WeakKeyDictionary())
-        if obj not in bound:  # (the method holds its instance weakly: else the dict's value kept its key alive)
-            bound[obj] = JitFunction(_WeakMethod(self.fn, obj), self.max_captures)
+        if obj not in bound:
+            bound[obj] = JitFunction(_WeakMethod(self.fn, obj), self.max_captures, self.verify)
         return bound[obj]
 
+    @property
+    def name(self) -> str:
+        fn = getattr(self.fn, "__func__", self.fn)
+        code = getattr(fn, "__code__", None)
+        where = f" at {code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+        return f"{getattr(self.fn, '__qualname__', type(self.fn).__name__)}{where}"
+
     def __call__(self, *args, **kwargs):
-        if not config.JIT or not autograd.LAZY_MODE:
-            # eager ops compute some results (copies, reshapes) outside kernels, where a
-            # capture cannot see them: eager mode and the numpy backend run plainly
-            return self.fn(*args, **kwargs)
-        if capture.CURRENT is not None:  # a jitted function called inside a capture: inline it
+        if not config.JIT or not autograd.LAZY_MODE or capture.CURRENT is not None or self.plain:
+            # (eager ops compute outside kernels; a jitted function inside a capture runs inline)
             return self.fn(*args, **kwargs)
         self.calls += 1
-        if self.calls == 1 or self.plain:
-            return self.fn(*args, **kwargs)  # warm-up (optimizers create their state), or no capture holds
-        if not args and not kwargs:  # f(): nothing to key (a closure over its state)
-            inputs, arrays, key = (), [], _NO_ARGUMENTS
-        else:
-            if not kwargs and _all_tensors(args):  # f(x, y): the template without the walk
-                inputs, key = args, _tensor_args(len(args))
-            else:
-                inputs = []
-                key = (_flatten(args, inputs), _flatten(kwargs, inputs) if kwargs else ())
-            arrays, layouts = [], []  # (one pass: this runs on every call)
-            for t in inputs:
-                a = t._cached_data
-                if getattr(a, "is_lazy", False):
-                    a = t.realize_cached_data()
-                # (a device by its name: equal names are equal devices, and a str hashes in C)
-                device = a._device.name
-                if device != "cpu" and device != "cuda":
-                    return self.fn(*args, **kwargs)  # cpu_numpy runs op by op in numpy: nothing to capture
-                arrays.append(a)
-                layouts.append((a._shape, a._dtype, device, a._strides, a._offset, t.requires_grad))
-            key = (*key, tuple(layouts))
-        for step in self.captures.get(key, ()):
-            if step.matches():
-                if len(self.captures) > 1:
-                    self.captures.move_to_end(key)
-                result = step.replay(arrays, inputs)
-                if result is not STALE:
-                    step.switch_modes()
-                    self.replays += 1
-                    self.misses = 0
-                    return result
-                self.captures[key].remove(step)
-                break
-        self.misses += 1
-        if self.misses > MISSES_LIMIT * self.max_captures:  # (a float argument new at every call...)
-            self._run_plainly(f"{self.misses - 1} calls in a row made new captures and none replayed (a non-Tensor "
-                              f"argument new at every call, more input shapes than "
-                              f"max_captures={self.max_captures}?)", stacklevel=3)
+        if self._differentiated_outside():
+            self._run_plainly("its result was differentiated after the call (backward() outside the jitted "
+                              "function needs the graph a replay does not build: move backward() and "
+                              "opt.step() inside)")
             return self.fn(*args, **kwargs)
-        return self._capture(key, inputs, args, kwargs)
-
-    def _run_plainly(self, why: str, stacklevel: int = 4) -> None:
-        """From now on (until reset()) every call runs the function, saying why (the
-        warning names the user's line: `stacklevel` frames up from here)."""
-        self.plain = True
-        warnings.warn(f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): {why}; it runs without capture "
-                      f"from now on (reset() tries again)", stacklevel=stacklevel)
-
-    def _capture(self, key, inputs, args, kwargs):
-        roots = state.roots(self.fn, args, kwargs)
-        names_before = state.bindings(self.fn)
-        numbers = state.dict_numbers(names_before)
-        modules, empty, numbers_before = [], [], []
-        slots_before = state.slots(roots, modules, empty=empty, numbers=numbers_before)
-        modes = [m.training for m in modules]  # (what a call starts from: the step may switch them)
-        # state still pending from earlier calls (the warm-up's, a plain lazy loop's) becomes
-        # buffers the capture reads; else its graph would be folded into the capture, and
-        # every replay would start again from the state those calls began with
-        realize_nodes([n for _, _, value in slots_before for n in _pending(value)])
-        recorder = capture.Recorder()
-        capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = recorder, recorder.schedule, capture.host_read
         try:
-            with capture.STAMP_SOURCES():  # once per capture: lines for profiles of replays
-                result = self.fn(*args, **kwargs)
-                # close the step: nothing it made stays pending, neither what it returns
-                # nor the state it replaced (else a replay, which runs only the captured
-                # kernels, would never compute that state)
-                made = (list(autograd.tensors_in(result)) + list(state.replacements(slots_before).values())
-                        + state.filled(empty))
-                realize_nodes([n for t in made for n in _pending(t)])
-        finally:
-            capture.CURRENT, schedule_cache.RECORDER, lazy_ir.HOST_READ = None, None, None
-        gc.collect()
-        names_after = state.bindings(self.fn)
-        changed = state.rebound_values(names_before, names_after) + state.changed_numbers(numbers_before,
-                                                                                           recorder.advanced)
-        if changed:  # (a replay runs no Python: `counter += 1` would never happen again)
-            self._run_plainly(f"the function changes {', '.join(sorted(set(changed)))}, which a replay could not do "
-                              f"(change such Python state outside the function)")
-            return result
-        held = []
-        slots_after = state.slots(roots, held=held)
-        if state.added(slots_before, slots_after, empty):
-            # the call made state it had not (an optimizer's momentum on its first step
-            # with momentum, a hidden state that was None): it ran the first-call branch,
-            # which replays must not repeat; the next call captures from the state now
+            call = Call(args, kwargs)
+        except _Plain:
+            return self.fn(*args, **kwargs)
+        if self.calls == 1:  # the warm-up (optimizers make their state)
+            return self._remember(self.fn(*args, **kwargs))
+        why, last = None, None
+        for step in self.captures.get(call.key, ()):
+            last, why = step, step.why_not()
+            if why is None:
+                result = self._replay(step, call, args, kwargs)
+                if result is not STALE:
+                    return result
+                why = (None, "a state tensor changed layout or storage")
+        self.misses += 1
+        if last is not None and why[0] in last.changes:  # (the capture changed what it depends on)
             self.unkept += 1
-            if self.unkept == UNKEPT_LIMIT:
-                self._run_plainly("each call makes state the last one did not have (a list that grows?)")
+            if self.unkept >= UNKEPT_LIMIT:
+                self._run_plainly(f"each call changes {why[1]}, which a replay could not do (keep such Python "
+                                  "state outside the jitted function)")
+                return self.fn(*args, **kwargs)
+        else:
+            self.unkept = 0
+        if self.misses > MISSES_LIMIT * self.max_captures:
+            self._run_plainly(f"{self.misses - 1} calls in a row made new captures and none replayed (last "
+                              f"change: {why[1] if why else 'new arguments'}; a non-Tensor argument new at every "
+                              "call?)")
+            return self.fn(*args, **kwargs)
+        return self._capture(call, args, kwargs)
+
+    def _replay(self, step, call, args, kwargs):
+        if len(self.captures) > 1:
+            self.captures.move_to_end(call.key)
+        if self.verified < self.verify:
+            result = verifying.check(self, step, call, args, kwargs)
+            if result is not STALE:
+                self.verified += 1
+        else:
+            result = step.replay(call)
+        if result is not STALE:
+            self.replays += 1
+            self.misses = self.unkept = 0
+        return result
+
+    def _run_plainly(self, why: str) -> None:
+        """From now on (until reset()) every call runs the function, saying why."""
+        self.plain = True
+        frame, level = sys._getframe(0), 1  # (the warning names the user's line)
+        while frame is not None and frame.f_code.co_filename.startswith(_NEEDLE_DIR):
+            frame, level = frame.f_back, level + 1
+        warnings.warn(f"needle.jit({self.name}): {why}; it runs without capture from now on (reset() tries "
+                      "again)", stacklevel=level)
+
+    def _remember(self, result):
+        """Note returned Tensors that carry a graph: a backward() through one of them
+        after the call means the graph was needed (see `_differentiated_outside`)."""
+        self._results = [(weakref.ref(t), t.grad) for t in tensors_in(result)
+                         if t.op is not None and t.requires_grad]
+        return result
+
+    def _differentiated_outside(self) -> bool:
+        for ref, grad in self._results:
+            t = ref()
+            if t is not None and t.grad is not grad:
+                return True
+        self._results = []
+        return False
+
+    # ---- capture ------------------------------------------------------------------------------
+    def _world(self, call) -> World:
+        """The world before the call: what `fn` is bound to, and the object arguments
+        (the globals of the code it runs join while it runs, see tracing.Tracer)."""
+        world, fn = World(), self.fn
+        if isinstance(fn, functools.partial):
+            world.add(fn, "partial")
+        elif hasattr(fn, "__func__"):  # a bound method (or a weakly bound one)
+            world.add(fn.__self__, "self")
+            if isinstance(fn.__func__, types.FunctionType):
+                world.add_function(fn.__func__, "")
+        elif isinstance(fn, types.FunctionType):
+            world.add_function(fn, "")
+        else:
+            world.add(fn, type(fn).__name__)  # a callable object
+        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        if code is not None:
+            world.add_globals(getattr(fn, "__func__", fn).__globals__, global_names(code))
+        for i, x in call.objects():
+            world.add(x, f"<argument {i}>")
+        for t in world.holders:  # (state pending from earlier calls: a buffer the capture reads)
+            if isinstance(t._cached_data, tuple) or getattr(t._cached_data, "is_lazy", False):
+                t.realize_cached_data()
+                world.initial[id(t)] = t._cached_data
+        return world
+
+    def _capture(self, call, args, kwargs):
+        world = self._world(call)
+        if world.too_big:
+            self._run_plainly("it reaches too many Python objects to guard")
+            return self.fn(*args, **kwargs)
+        for t in call.inputs:
+            world.initial.setdefault(id(t), realized(t))
+        rng, py_rng = np.random.get_state(), random.getstate()
+        recorder, tracer = capture.Recorder(), Tracer(world)
+        args, kwargs, restore = _traced_arguments(call, args, kwargs, tracer)
+        try:
+            with capture.recording(recorder), tracer, capture.STAMP_SOURCES():
+                result = self.fn(*args, **kwargs)
+                _close(result, world, call)
+        finally:
+            restore()
+        result = _untraced(result, call)
+        why = _host_effects(recorder, tracer, world, rng, py_rng)
+        world.exempt_keys(*_exemptions(recorder, tracer, world))
+        try:
+            if why is None:
+                holders = list(world.holders) + [t for t in call.inputs if id(t) not in world._holder_ids]
+                step = build(recorder, call, world, world.initial, result, holders, recorder.created_ids)
+        except Unsupported as e:
+            why = str(e)
+        if why is not None:
+            self._run_plainly(f"{why}, which a replay cannot repeat")
             return result
-        self.unkept = 0
-        # (a number the call itself changed is its output, not what it read: a counter)
-        numbers = [entry for entry in numbers if state.unchanged(*entry)]
-        step = CapturedStep(recorder, inputs, result, slots_before, roots, modules, empty, names_after,
-                            held, state.frozen_flags(slots_after), modes, numbers)
-        self.captures.setdefault(key, []).append(step)
-        self.captures.move_to_end(key)
+        self._remember(result)
+        self.captures.setdefault(call.key, []).append(step)
+        self.captures.move_to_end(call.key)
         while sum(len(v) for v in self.captures.values()) > self.max_captures:
             oldest = next(iter(self.captures))
             self.captures[oldest].pop(0)
@@ -250,11 +338,11 @@ class JitFunction:
         return result
 
     def explain(self) -> str:
-        """The captured kernels, buffers and state, one block per capture (also printed)."""
-        lines = [f"needle.jit({getattr(self.fn, '__qualname__', self.fn)}): {self.calls} call(s), "
-                 f"{self.replays} replay(s), {sum(len(v) for v in self.captures.values())} capture(s)"]
+        """The captured kernels, buffers, state and guards, one block per capture (also printed)."""
+        lines = [f"needle.jit({self.name}): {self.calls} call(s), {self.replays} replay(s), "
+                 f"{sum(len(v) for v in self.captures.values())} capture(s)" + (" (runs plainly)" if self.plain else "")]
         for key, steps in self.captures.items():
-            shapes = ", ".join(f"{tuple(s)} {d} on {dev}()" for s, d, dev, *_ in key[-1]) or "no tensor inputs"
+            shapes = ", ".join(f"{tuple(s[0])} {s[1]} on {s[2]}()" for s in key[1]) or "no tensor inputs"
             for step in steps:
                 lines.append(f"capture for inputs [{shapes}]:")
                 lines.append(step.explain())
@@ -263,12 +351,118 @@ class JitFunction:
         return text
 
 
-def jit(fn=None, *, max_captures: int = 8):
+def realized(tensor):
+    data = tensor._cached_data
+    if getattr(data, "is_lazy", False):
+        data = tensor.realize_cached_data()
+    return data
+
+
+def _pending(value) -> list:
+    return [n for t in (value if isinstance(value, tuple) else (value,)) if isinstance(t, Tensor)
+            for n in pending_nodes(t)]
+
+
+def _close(result, world, call) -> None:
+    """Nothing the call made stays pending: what it returns, the state it replaced, the
+    new data and gradients of what existed, so that its kernels are all captured."""
+    made = list(tensors_in(result))
+    made += [now for _, _, now in world.diff() if isinstance(now, (Tensor, tuple))]
+    for t in list(world.holders) + call.inputs:
+        made += [t, t.grad]
+    realize_nodes([n for t in made if t is not None for n in _pending(t)])
+    for t in list(world.holders) + call.inputs:  # (the realized buffers, not their lazy nodes)
+        if getattr(t._cached_data, "is_lazy", False):
+            t.realize_cached_data()
+
+
+def _traced_arguments(call, args, kwargs, tracer):
+    """The arguments with each numpy array replaced by a TracedArray view of it (lists
+    and dicts that hold one are edited in place and restored after the call)."""
+    if not call.values:
+        return args, kwargs, lambda: None
+    swapped = []
+
+    def swap(value):
+        if isinstance(value, np.ndarray):
+            number = call.position(value)
+            return traced(value, tracer, number)
+        if type(value) is list or type(value) is dict:
+            items = list(value.items()) if type(value) is dict else list(enumerate(value))
+            for k, v in items:
+                new = swap(v)
+                if new is not v:
+                    swapped.append((value, k, v))
+                    value[k] = new
+            return value
+        if isinstance(value, tuple) and type(value) in (tuple,):
+            return tuple(swap(v) for v in value)
+        return value
+
+    def restore():
+        for container, k, v in reversed(swapped):
+            container[k] = v
+    return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}, restore
+
+
+def _untraced(value, call):
+    """A returned TracedArray is the caller's own array."""
+    tag = getattr(value, "_needle", None)
+    if tag is not None and tag[2] is None:
+        original = call.flat[tag[1]]
+        if value.base is original and value.shape == original.shape and value.strides == original.strides:
+            return original
+    if type(value) in (list, tuple):
+        return type(value)(_untraced(v, call) for v in value)
+    return value
+
+
+def _host_effects(recorder, tracer, world, rng, py_rng):
+    """Why a replay could not repeat the call, or None."""
+    if tracer.effects:
+        what, line = tracer.effects[0]
+        return f"the step calls {what} at {line}"
+    after = np.random.get_state()
+    np.random.set_state(rng)  # (needle's own draws, made again, must account for every use)
+    for fn, args, kwargs, _ in recorder.draws:
+        fn(*args, **kwargs)
+    ours = np.random.get_state()
+    np.random.set_state(after)
+    if not same_rng_state(ours, after):
+        return "the step draws from numpy's global RNG directly (np.random.*; use needle.init.rand/randn)"
+    if not same_rng_state(random.getstate(), py_rng):
+        return "the step draws from Python's random module"
+    changed = world.rng_changes()
+    if changed:
+        return f"the step draws from the random generator {changed[0]}"
+    return None
+
+
+def _exemptions(recorder, tracer, world):
+    """(id(container), key) of attributes read at each replay (an optimizer's lr, unless
+    the user's own code reads it or the step writes it) and of those the replay
+    callbacks advance (Adam's t), which are neither guards nor effects; and the latter
+    alone."""
+    exempt, advanced = set(), set()
+    changed = {(id(c), k) for c, k, _ in world.diff()}
+    for obj, names in recorder.live:
+        d = getattr(obj, "__dict__", None)
+        for name in names:
+            if d is not None and name in d and name not in tracer.attributes and (id(d), name) not in changed:
+                exempt.add((id(d), name))
+    for obj in recorder.advanced:
+        d = getattr(obj, "__dict__", None)
+        if d is not None:
+            advanced |= {(i, k) for i, k in changed if i == id(d)}
+    return exempt | advanced, advanced
+
+
+def jit(fn=None, *, max_captures: int = 8, verify: int = 0):
     """Capture a step once and replay it without building the graph in Python
     (SPEC "Captured steps"): `step = needle.jit(fn)` or `@needle.jit`."""
     if fn is None:
-        return lambda f: JitFunction(f, max_captures)
-    return JitFunction(fn, max_captures)
+        return lambda f: JitFunction(f, max_captures, verify)
+    return JitFunction(fn, max_captures, verify)
 
 
 def host_call(fn, tensors, device) -> list:
@@ -276,10 +470,8 @@ def host_call(fn, tensors, device) -> list:
     Tensors on `device`.  For host work inside a training step (an MPI all-reduce):
     a step captured by needle.jit replays it between its schedules with each replay's
     buffers, where reading the tensors with `.numpy()` would refuse to be captured."""
-    arrays = [realized_array(t) for t in tensors]
-    results = fn(*[host_values(a) for a in arrays])
+    arrays = [realized(t) for t in tensors]
+    results = fn(*[a.numpy() if hasattr(a, "_handle") else a for a in arrays])
     outs = [Tensor(r, device=device, dtype=str(r.dtype), requires_grad=False) for r in results]
-    recorder = capture.CURRENT
-    if recorder is not None and recorder.mine():
-        recorder.host(fn, arrays, [o._cached_data for o in outs], device)
+    capture.host(fn, arrays, [o._cached_data for o in outs], device)
     return outs

@@ -1,23 +1,24 @@
 """Recording one call of a function, for `needle.jit`.
 
-While a `Recorder` is active (`CURRENT`, on the thread that started it), the
-layers below report to it, each through one cheap check on its own path:
+`with recording(recorder):` makes `recorder` the one active Recorder (`CURRENT`) on
+the thread that opened it; the layers below report to it, each through one cheap
+check on its own path (`if capture.CURRENT is not None`):
 
-- `read_state(tensor, data)`: an op reads a tensor's realized data (autograd);
-- `created(tensor)`: a tensor was made during the call (autograd);
+- `read_state(tensor, data)`: an op reads a tensor's data (autograd);
+- `created(tensor)`: a Tensor was made during the call (autograd);
 - `schedule(entry, leaves, scalars, device, outputs, nodes, target)`: a compiled
-  schedule ran (engine.schedule_cache, through its RECORDER hook; `nodes` still
-  hold their graph);
+  schedule ran (engine.schedule_cache; `nodes` still hold their graph);
 - `draw(fn, args, kwargs, tensor)`: a random tensor was drawn (init);
-- `on_replay(callback)`: Python state a replay must advance (Adam's step count);
-- `guard(read)`: a value the function's Python branched on (an optimizer's momentum
-  being zero or not); a replay runs only while `read()` still gives it;
-- `check(array, fn)`: a check of input data (labels in range), which a replay
-  repeats on its own input's values;
+- `host_array(array, data)`: a Tensor was made from host data (a numpy argument);
+- `on_replay(callback, *changes)`: Python state a replay must advance (Adam's t);
+- `live(obj, read)`: a hyperparameter read at each replay (an optimizer's lr);
+- `guard(read)`: a value the function's Python branched on that a replay must see
+  unchanged (an optimizer's momentum being zero or not);
+- `check(array, fn)`: a check of input data (labels in range), repeated by replays;
 - `host(fn, inputs, outputs, device)`: a host computation between schedules (the
   all-reduce of data-parallel training), replayed on each replay's buffers;
-- `host_read(what)`: a value is about to be read back to Python, which a capture
-  cannot replay faithfully, so it raises JitError naming the user's line.
+- `host_read(what)`: a value is about to be read back to Python, which a replay
+  cannot repeat: JitError naming the user's line.
 
 This module imports nothing from needle above the error classes, so every layer
 can call into it.
@@ -25,6 +26,7 @@ can call into it.
 from __future__ import annotations
 
 import contextlib
+import linecache
 import os
 import sys
 import threading
@@ -48,14 +50,19 @@ STAMP_SOURCES = contextlib.nullcontext
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def user_line() -> str:
-    """'file:line: code' of the innermost frame outside the needle package."""
-    frame = sys._getframe(1)
+def user_frame(frame=None):
+    """The innermost frame outside the needle package (or None)."""
+    frame = frame or sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_NEEDLE_DIR):
         frame = frame.f_back
+    return frame
+
+
+def user_line(frame=None) -> str:
+    """'file:line: code' of the innermost frame outside the needle package."""
+    frame = user_frame(frame or sys._getframe(1))
     if frame is None:
         return "<unknown>"
-    import linecache
     code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
     return f"{frame.f_code.co_filename}:{frame.f_lineno}: {code}"
 
@@ -80,21 +87,22 @@ class HostRun:
 
 
 class Recorder:
-    """What one call did: schedules run, state read, tensors made, random draws and
-    replay callbacks, in order."""
+    """What one call did: schedules run, state read, random draws, replay callbacks,
+    host data turned into tensors, in order."""
 
     def __init__(self):
         self.thread = threading.get_ident()
-        self.runs = []            # ScheduleRun, in launch order
-        self.readers = {}         # id(NDArray) -> (weakref to the Tensor read, user line)
-        self.created_ids = set()  # ids of tensors made during the call ...
-        self.created = []         # ... and weak references to them
-        self.actions = []         # ("draw", index) | ("call", callback), in call order, each with the
-        #                           number of schedules run before it (a replay keeps that order)
-        self.draws = []           # (fn, args, kwargs, NDArray drawn)
-        self.guards = []          # (read, value): replays need read() == value
-        self.advanced = []        # objects whose Python state the replay callbacks advance
-        self.checks = []          # (NDArray checked, fn(numpy values)), in call order
+        self.runs = []         # ScheduleRun | HostRun, in launch order
+        self.readers = {}      # id(NDArray) -> (Tensor read, NDArray)
+        self.created_ids = set()  # ids of the Tensors made during the call
+        self.actions = []      # ("draw", index) | ("call", callback), each with the number of
+        #                        schedules run before it (a replay keeps that order)
+        self.draws = []        # (fn, args, kwargs, NDArray drawn)
+        self.guards = []       # (read, value): replays need read() == value
+        self.advanced = []     # objects whose Python state the replay callbacks advance
+        self.live = []         # (object, attribute names) read at each replay
+        self.checks = []       # (NDArray checked, fn(numpy values)), in call order
+        self.host_arrays = []  # (host array, NDArray made from it, user line)
 
     def mine(self) -> bool:
         return threading.get_ident() == self.thread
@@ -102,13 +110,8 @@ class Recorder:
     def read_state(self, tensor, data) -> None:
         for x in (data if isinstance(data, tuple) else (data,)):
             array = x.arg if getattr(x, "is_lazy", False) and x.op == "buffer" else x
-            if getattr(array, "is_lazy", False) or id(array) in self.readers:
-                continue
-            self.readers[id(array)] = (weakref.ref(tensor), id(tensor) in self.created_ids, array)
-
-    def created_tensor(self, tensor) -> None:
-        self.created_ids.add(id(tensor))
-        self.created.append(weakref.ref(tensor))
+            if not getattr(array, "is_lazy", False) and id(array) not in self.readers:
+                self.readers[id(array)] = (tensor, array)
 
     def schedule(self, entry, leaves, scalars, device, outputs, nodes, target) -> None:
         if self.mine():  # another thread's realize is not part of this call
@@ -116,78 +119,107 @@ class Recorder:
             if DESCRIBE is not None and entry not in DESCRIPTIONS:
                 DESCRIPTIONS[entry] = DESCRIBE(entry, nodes, leaves, target)
 
-    def host(self, fn, inputs, outputs, device) -> None:
-        self.runs.append(HostRun(fn, inputs, outputs, device))
 
-    def draw(self, fn, args, kwargs, tensor) -> None:
-        self.actions.append(("draw", len(self.draws), len(self.runs)))
-        self.draws.append((fn, args, kwargs, tensor._cached_data))
+@contextlib.contextmanager
+def recording(recorder: Recorder):
+    """Make `recorder` the active one for the block (one at a time: a jitted function
+    called inside another's capture runs inline, see captured/function.py)."""
+    global CURRENT
+    previous, CURRENT = CURRENT, recorder
+    try:
+        yield recorder
+    finally:
+        CURRENT = previous
 
-    def call(self, callback) -> None:
-        self.actions.append(("call", callback, len(self.runs)))
 
-    def guard(self, read) -> None:
-        self.guards.append((read, read()))
+def _active():
+    r = CURRENT
+    return r if r is not None and r.mine() else None
 
 
 def read_state(tensor, data) -> None:
-    r = CURRENT
-    if r is not None and r.mine():
+    r = _active()
+    if r is not None:
         r.read_state(tensor, data)
 
 
 def created(tensor) -> None:
-    r = CURRENT
-    if r is not None and r.mine():
-        r.created_tensor(tensor)
+    r = _active()
+    if r is not None:
+        r.created_ids.add(id(tensor))
 
 
 def draw(fn, args, kwargs, tensor) -> None:
-    r = CURRENT
-    if r is not None and r.mine():
-        r.draw(fn, args, kwargs, tensor)
+    r = _active()
+    if r is not None:
+        r.actions.append(("draw", len(r.draws), len(r.runs)))
+        r.draws.append((fn, args, kwargs, tensor._cached_data))
+
+
+def host_array(array, data) -> None:
+    """A Tensor was made from `array` (numpy, a list, an NDArray): the capture finds
+    out whether it is an argument (an input of every replay) or a constant."""
+    r = _active()
+    if r is not None:
+        r.host_arrays.append((array, data, user_line(sys._getframe(1))))
 
 
 def on_replay(callback, *changes) -> None:
     """Have `callback()` run at every replay of the step being captured (for Python
-    state the step advances, such as an optimizer's step count).  The objects it
-    changes (its own, for a bound method, and `changes`) may change during the call;
-    any other Python number a captured call changes makes the function run plainly.
-    A no-op when nothing is being captured."""
-    r = CURRENT
-    if r is not None and r.mine():
-        r.call(callback)
+    state the step advances, such as an optimizer's step count).  The attributes it
+    changes on its own object (a bound method's) and on `changes` are not guards of
+    the capture.  A no-op when nothing is being captured."""
+    r = _active()
+    if r is not None:
+        r.actions.append(("call", callback, len(r.runs)))
         owner = getattr(callback, "__self__", None) or getattr(getattr(callback, "func", None), "__self__", None)
         r.advanced.extend(x for x in (owner, *changes) if x is not None)
 
 
+def live(obj, read) -> None:
+    """`read` (a lambda over `obj`'s attributes) is read again at every replay: those
+    attributes are no guards of the capture (a learning rate a scheduler changes)."""
+    r = _active()
+    if r is not None:
+        r.live.append((obj, read.__code__.co_names))
+
+
 def guard(read) -> None:
     """Have replays of the step being captured run only while `read()` (a cheap,
-    comparable value) equals what it is now: for a branch the function's Python took
-    on a value a replay would not see change (`if self.momentum:` in an optimizer),
-    so that a new value makes a new capture instead of replaying the old branch.
+    comparable value) equals what it is now: for a branch taken on a value that is
+    otherwise read at each replay (`if self.momentum:` in an optimizer).
     A no-op when nothing is being captured."""
-    r = CURRENT
-    if r is not None and r.mine():
-        r.guard(read)
+    r = _active()
+    if r is not None:
+        r.guards.append((read, read()))
 
 
 def check(array, fn) -> None:
-    """Have replays of the step being captured call `fn(values)` on the host values of
-    the input that `array` (an NDArray the function checked on the host: labels, index
-    values) is at that replay, so bad data raises as it does without needle.jit.
-    A no-op when nothing is being captured."""
-    r = CURRENT
-    if r is not None and r.mine():
+    """Have replays call `fn(values)` on the host values of the input that `array`
+    (an NDArray the function checked on the host: labels, index values) is at that
+    replay, so bad data raises as it does without needle.jit."""
+    r = _active()
+    if r is not None:
         r.checks.append((array, fn))
 
 
-def host_read(what: str) -> None:
+def host(fn, inputs, outputs, device) -> None:
+    r = _active()
+    if r is not None:
+        r.runs.append(HostRun(fn, inputs, outputs, device))
+
+
+def host_read(what: str, frame=None) -> None:
     """Raise JitError if a capture is running on this thread: `what` (a `.numpy()`,
     `.item()`, printing, a Python `if` on a tensor) would read a value back to Python,
     and a replay, which does not run the function's Python, could not do the same."""
-    r = CURRENT
-    if r is not None and r.mine():
+    if _active() is not None:
         raise JitError(f"needle.jit: {what} reads a tensor's value inside the captured function, "
-                       f"at {user_line()}; a replay does not run Python, so it cannot be captured. "
-                       "Return the tensor and read it after the call (or use NEEDLE_JIT=0).")
+                       f"at {user_line(frame or sys._getframe(1))}; a replay does not run Python, so it cannot "
+                       "be captured. Return the tensor and read it after the call (or use NEEDLE_JIT=0).")
+
+
+def reading_from_user_code() -> bool:
+    """Whether the caller's caller is user code (not needle): `t.cached_data` read by
+    the function being captured is a host read; needle's own reads are not."""
+    return _active() is not None and not sys._getframe(2).f_code.co_filename.startswith(_NEEDLE_DIR)

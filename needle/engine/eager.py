@@ -21,7 +21,7 @@ from ..backend_ndarray.devices import CompiledDevice
 from ..compiler.schedule import structure
 from ..ir import build
 from ..runtime import counters
-from . import schedule_cache
+from . import capture, schedule_cache
 
 #: (op, operands' layouts and aliasing, target) -> (structure key, operand of each
 #: leaf slot, whether it takes the scalar); bounded: cleared when it grows past this
@@ -60,7 +60,7 @@ def _run(op_key, build_node, *arrays, scalar=None):
 
 def _unobserved() -> bool:
     """No profile or capture watches the schedules (they see graphs, not the shortcut)."""
-    return schedule_cache.RECORDER is None and schedule_cache.CACHES["cpu"].observer is None
+    return capture.CURRENT is None and schedule_cache.CACHES["cpu"].observer is None
 
 
 def _position(leaf, arrays) -> int:

@@ -16,7 +16,7 @@ from ..compiler import schedule as scheduling
 from ..runtime import counters, cpu, cuda as cuda_runtime, jit
 from ..runtime.lru import LRUCache
 from ..target import Target
-from . import describe
+from . import capture, describe
 
 
 class ScheduleCache:
@@ -131,12 +131,6 @@ def clear() -> None:
         cache.clear()
 
 
-#: `RECORDER(entry, leaves, scalars, device, outputs, nodes, target)` after each schedule
-#: runs (before `nodes` become buffers), or None;
-#: set by needle.jit only while it captures a step
-RECORDER = None
-
-
 def realize(nodes) -> None:
     """Compute `nodes` (pending, all on one compiled device) with one schedule.  On
     cuda() it waits for the GPU, so run_seconds and callers' timings count the
@@ -155,7 +149,7 @@ def realize(nodes) -> None:
         cuda_runtime.synchronize()
     counters.add("run_seconds", time.perf_counter() - t0)
     counters.add("schedules")
-    if RECORDER is not None:
-        RECORDER(entry, leaves, scalars, device, outputs, nodes, cache.target())
+    if capture.CURRENT is not None:  # (needle.jit records the schedules of the call it captures)
+        capture.CURRENT.schedule(entry, leaves, scalars, device, outputs, nodes, cache.target())
     for node, array in zip(nodes, outputs):
         node.become_buffer(array)

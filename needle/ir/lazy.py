@@ -29,10 +29,6 @@ def as_lazy(x) -> "LazyArray":
     raise DTypeError(f"cannot use {type(x).__name__} in a lazy graph; expected a Tensor or an NDArray")
 
 
-#: `HOST_READ(what)` before a lazy array is read back to the host, or None; set by
-#: needle.jit while it captures a step (a replay cannot repeat a read)
-HOST_READ = None
-
 #: `REALIZE(nodes)` computes pending nodes: the engine's realize_nodes, installed by
 #: needle.engine (an IR node never computes itself; the engine is the one door)
 REALIZE = None
@@ -234,8 +230,6 @@ class LazyArray(Node, ArrayOperators):
 
     # ---- data -------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
-        if HOST_READ is not None:
-            HOST_READ("LazyArray.numpy()")
         REALIZE([self])
         return self.arg.numpy()
 

@@ -57,6 +57,8 @@ class Optimizer:
         float64."""
         if BACKEND == "np":
             return read()
+        if _capture.CURRENT is not None:  # (the attributes it reads are no guards of the capture)
+            _capture.live(self, read)
         scalars = self.__dict__.get("_step_scalars")
         if scalars is None:  # outside step(): nothing to share with
             return RuntimeScalar(read)

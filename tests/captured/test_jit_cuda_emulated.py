@@ -11,7 +11,7 @@ from needle import nn, optim
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "codegen"))
 from cuda_emulation.gpu import gpu, pytestmark  # noqa: E402,F401  (the fixture and its skip)
-from tests.engine.test_jit import _training_step  # noqa: E402
+from tests.captured.test_jit import _training_step  # noqa: E402
 
 
 def train(use_jit, steps=5):

@@ -1,0 +1,311 @@
+"""A captured call and its replay, as data.
+
+Every leaf buffer of every schedule is bound to where its data comes from at each
+replay (found at capture by the identity of its storage, `_handle`, so views are
+rebuilt as views):
+
+- a **source**, resolved before anything runs: a Tensor argument's array, a numpy
+  argument converted as the call converted it, or state (the Tensor in a slot of the
+  world, or a Tensor read that lives nowhere the world reaches);
+- an **output** of an earlier schedule of the same replay;
+- a random **draw**, made afresh in the order the call made it;
+- a **constant** made inside the call.
+
+A replay runs in three phases: resolve (every source found, its layout and aliasing
+as at capture, input checks made; nothing changed yet, so a replay that cannot happen
+changes nothing), run (draws, callbacks and schedules in the captured order), write
+(the effects: state Tensors' new data, slots given new Tensors, Python values, the
+return value, each made anew so earlier results stay valid).
+"""
+from __future__ import annotations
+
+from ..autograd import Tensor, TensorOp
+from ..errors import JitError
+from ..ir.nodes import RuntimeScalar
+from ..engine import capture
+from .world import ALL, GradOf, Slot, where_of
+
+SRC, OUT, DRAW, CONST = range(4)
+STALE = object()  # a replay found a source gone or changed: the call takes another capture
+
+
+def realized_array(tensor):
+    """The realized NDArray of a tensor (computing it if it is pending)."""
+    data = tensor._cached_data
+    if getattr(data, "is_lazy", False):
+        data = tensor.realize_cached_data()
+    return data
+
+
+def layout(array) -> tuple:
+    return (array._shape, array._strides, array._offset, array._dtype, array._device)
+
+
+def host_values(array):
+    """An array's values as numpy (NEEDLE_BACKEND=np holds numpy arrays already)."""
+    return array.numpy() if hasattr(array, "_handle") else array
+
+
+class Source:
+    """Where a source comes from: `kind` is "input" (argument array `where`), "array"
+    (numpy argument `where`, converted by `convert`), "slot" (a world Slot) or "object"
+    (a Tensor); `aliases` are other places that held the same storage at capture."""
+
+    __slots__ = ("kind", "where", "layout", "convert", "aliases", "twins", "tensor")
+
+    def __init__(self, kind, where, layout=None, convert=None):
+        self.kind, self.where, self.layout, self.convert = kind, where, layout, convert
+        self.aliases = []  # (checked at every replay)
+        self.twins = []    # slots that held the very same Tensor (checked after the world moved)
+        self.tensor = None  # (the capture's Tensor for a slot or object: names it in reports)
+
+
+class Run:
+    """One schedule of a CapturedStep: the compiled entry and how to bind it."""
+
+    __slots__ = ("entry", "device", "leaves", "scalars", "fixed", "fn")
+
+    def __init__(self, entry, device, leaves, scalars, fn=None):
+        self.entry, self.device, self.leaves, self.scalars, self.fn = entry, device, leaves, scalars, fn
+        #: the scalars as one tuple when none is read at each call (the runtime gathers
+        #: their values once, cpu.py `prepare`)
+        self.fixed = None if any(callable(x) for x in scalars) else tuple(scalars)
+
+    def scalars_now(self):
+        if self.fixed is not None:
+            return self.fixed
+        return [_Value(s()) if callable(s) else s for s in self.scalars]
+
+
+class _Value:
+    """A run-time scalar's value for one replay (what a Scalar offers the runtime)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Replayed(TensorOp):
+    """The op of a returned Tensor whose graph a replay did not build: a backward pass
+    through it is an error, not gradients that silently stay None."""
+
+    def gradient(self, out_grad, node):
+        raise JitError("needle.jit: backward() through a tensor returned by a replayed step: a replay keeps no "
+                       "graph. Call backward() (and opt.step()) inside the jitted function, or use NEEDLE_JIT=0")
+
+
+REPLAYED = Replayed()
+
+
+class CapturedStep:
+    """The schedules of one captured call, its guards and its effects."""
+
+    def __init__(self, world, sources, runs, actions, draws, guards, checks, writes, result, input_ids):
+        self.world = world
+        self.sources = sources      # [Source]
+        self.runs = runs            # [Run]
+        self.actions = actions      # [("draw", k, upto) | ("call", callback, upto)]
+        self.draws = draws          # [(fn, args, kwargs)]
+        self.guards = guards        # [(read, value)]
+        self.checks = checks        # [(source number, fn(numpy values))]
+        self.writes = writes        # [(kind, where, template, refresh)], see `_write`
+        self.result = result        # template of the return value
+        self.input_ids = input_ids  # ids of world Tensors the inputs were at capture ({} mostly)
+        self.replays = 0
+        #: where the capture call wrote Python values (world.where_of): a next call that finds
+        #: one of them changed found what this capture did, not what the user did
+        self.changes = {where_of(*where) for kind, where, _, _ in writes if kind == "slot"}
+
+    # ---- phase 0: is this the capture for now? ------------------------------------------------
+    def why_not(self):
+        """None when this capture is what the function would do now, else why not:
+        (where, description), see World.changed."""
+        for read, value in self.guards:
+            if read() != value:
+                return (id(read), None), f"a value needle's code branched on (was {value!r})"
+        if self.world.holds():
+            return None
+        return self.world.changed()
+
+    # ---- phase 1: resolve ------------------------------------------------------------------------
+    def resolve(self, call):
+        """The arrays of the sources now, or STALE (nothing is changed either way)."""
+        arrays, tensors = [], []
+        moved = self.world.moved
+        for source in self.sources:
+            kind = source.kind
+            if kind == "input":
+                array, t = call.arrays[source.where], None
+            elif kind == "array":
+                array, t = source.convert(call.values[source.where]), None
+            else:
+                t = source.where.get() if kind == "slot" else source.where
+                if t is None:
+                    return STALE
+                array = realized_array(t)
+                if layout(array) != source.layout:
+                    return STALE  # (state of another layout: capture again)
+            for alias in (source.aliases + source.twins if moved else source.aliases):
+                other = alias.get() if isinstance(alias, Slot) else call.arrays[alias]
+                other = realized_array(other) if isinstance(other, Tensor) else other
+                if other is None or getattr(other, "_handle", None) is not array._handle:
+                    return STALE  # (two places that shared storage at capture share it no more)
+            arrays.append(array)
+            tensors.append(t)
+        if self.input_ids is not None:
+            for i, x in enumerate(call.inputs):
+                if id(x) in self.world._holder_ids and self.input_ids.get(id(x)) != i:
+                    return STALE  # (a state tensor passed as an argument: not what was captured)
+        for k, fn in self.checks:  # (bad labels raise here, as without needle.jit)
+            fn(host_values(arrays[k]))
+        self.world.moved = False
+        return arrays, tensors
+
+    # ---- phases 2 and 3 ---------------------------------------------------------------------------
+    def replay(self, call):
+        resolved = self.resolve(call)
+        if resolved is STALE:
+            return STALE
+        arrays, tensors = resolved
+        outs, draws = [], []
+        actions, done = self.actions, 0
+        for s, run in enumerate(self.runs):
+            while done < len(actions) and actions[done][2] <= s:
+                self._act(actions[done], draws)
+                done += 1
+            leaves = []
+            for kind, a, b, view in run.leaves:
+                if kind == SRC:
+                    base = arrays[a]
+                elif kind == OUT:
+                    base = outs[a][b]
+                elif kind == DRAW:
+                    base = draws[a]
+                else:
+                    leaves.append(a)
+                    continue
+                leaves.append(base if view is None else base._view(*view))
+            if run.fn is not None:
+                outs.append(_host_run(run, leaves))
+            else:
+                outs.append(run.entry.run(leaves, run.scalars_now(), run.device))
+        while done < len(actions):  # (a scheduler's step after the optimizer's)
+            self._act(actions[done], draws)
+            done += 1
+        bound = (arrays, outs, draws, tensors, call)
+        for kind, where, template, refresh in self.writes:
+            self._write(kind, where, template, refresh, bound)
+        self.world.advanced()
+        self.replays += 1
+        return self.make(self.result, bound)
+
+    def _act(self, action, draws) -> None:
+        if action[0] == "draw":
+            fn, args, kwargs = self.draws[action[1]]
+            draws.append(realized_array(fn(*args, **kwargs)))
+        else:
+            action[1]()
+
+    def _write(self, kind, where, template, refresh, bound) -> None:
+        if kind == "data":  # a Tensor that existed before the call was given new data
+            t = self._tensor_at(where, bound)
+            if t is not None:
+                t._cached_data = self.make(template, bound)
+            return
+        container, key = where
+        value = self.make(template, bound)
+        if kind == "input grad":
+            bound[4].inputs[container].grad = value
+        elif key is ALL:
+            container[:] = value
+        else:
+            container[key] = value
+        if refresh is not None:
+            refresh(value)
+
+    @staticmethod
+    def _tensor_at(where, bound):
+        kind, what = where
+        if kind == "input":
+            return bound[4].inputs[what]
+        if kind == "source":
+            return bound[3][what]
+        return what.get() if isinstance(what, Slot) else what
+
+    def make(self, template, bound):
+        """The value a template stands for in this replay."""
+        kind = template[0]
+        if kind == "tensor":  # ("tensor", binding, requires_grad, had a graph)
+            t = Tensor.__new__(Tensor)
+            t._init(REPLAYED if template[3] else None, [], 1, self.array(template[1], bound), template[2])
+            return t
+        if kind == "array":
+            return self.array(template[1], bound)
+        if kind == "const":
+            return template[1]
+        if kind == "arg":
+            return bound[4].flat[template[1]]
+        if kind == "was":  # the Tensor a source slot held when the call began
+            return bound[3][template[1]]
+        if kind == "dict":
+            return {k: self.make(t, bound) for k, t in template[1]}
+        return template[1](self.make(t, bound) for t in template[2])  # ("seq", type, items)
+
+    @staticmethod
+    def array(binding, bound):
+        kind, a, b, view = binding
+        if kind == SRC:
+            base = bound[0][a]
+        elif kind == OUT:
+            base = bound[1][a][b]
+        elif kind == DRAW:
+            base = bound[2][a]
+        else:
+            return a
+        return base if view is None else base._view(*view)
+
+    def explain(self) -> str:
+        kinds = {SRC: "input or state", OUT: "earlier output", DRAW: "random draw", CONST: "constant"}
+        schedules = [r for r in self.runs if r.fn is None]
+        w = self.world
+        lines = [f"  {len(schedules)} schedule(s), {sum(len(r.entry.schedule.calls) for r in schedules)} kernel(s), "
+                 f"{len(self.runs) - len(schedules)} host call(s), {len(self.draws)} random draw(s), "
+                 f"{sum(1 for a in self.actions if a[0] == 'call')} replay callback(s)",
+                 "  sources: " + ", ".join(f"{n} {k}" for k, n in _count(s.kind for s in self.sources).items()),
+                 f"  guards: {len(w.boxes)} containers, {len(w.cells)} closure cells, "
+                 f"{sum(len(g[1]) for g in w.globals)} globals, {len(w.holders)} tensors' flags, "
+                 f"{len(w.arrays)} numpy arrays, {len(self.guards)} branch values",
+                 "  writes: " + (", ".join(f"{n} {k}" for k, n in _count(w[0] for w in self.writes).items())
+                                 or "none")]
+        for s, run in enumerate(self.runs):
+            counts = _count(kinds[leaf[0]] for leaf in run.leaves)
+            text = ", ".join(f"{n} {k}" for k, n in counts.items())
+            if run.fn is not None:
+                lines.append(f"  host call {s} ({getattr(run.fn, '__name__', run.fn)}): {text}")
+                continue
+            live = sum(1 for x in run.scalars if callable(x))
+            lines.append(f"  schedule {s} on {run.device}: leaves {text}; scalars {len(run.scalars)} "
+                         f"({live} read at each call)")
+            lines.extend(f"    {c.kernel.name}" for c in run.entry.schedule.calls)
+        return "\n".join(lines)
+
+
+def _count(items) -> dict:
+    out = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def _host_run(run, leaves) -> list:
+    results = run.fn(*[host_values(a) for a in leaves])
+    return [realized_array(Tensor(r, device=run.device, dtype=str(r.dtype), requires_grad=False)) for r in results]
+
+
+def scalars_of(run) -> list:
+    """A captured schedule's scalars: RuntimeScalars become providers read at each replay."""
+    return [sc.value.provider if isinstance(sc.value, RuntimeScalar) else sc for sc in run.scalars]
+
+
+__all__ = ["CapturedStep", "Source", "Run", "STALE", "SRC", "OUT", "DRAW", "CONST", "REPLAYED", "capture"]

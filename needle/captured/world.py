@@ -1,0 +1,476 @@
+"""The Python state a captured step can read (its guards) and what the captured call
+changed in it (its effects).
+
+A World is built from roots: the function's bound `self`, closure cells and
+`functools.partial` contents, the arguments that are objects, and the globals named
+by each piece of user code the captured call ran (added while it runs, before that
+code runs: tracing.py).  Every dict (objects' `__dict__` included), list, set, closure
+cell and named global reachable from them is snapshot:
+
+- **guards**: Python values (numbers, strings, None, flags, members' identities,
+  lengths) must be as they were for a replay, compared in C (`box == snapshot`
+  compares members by identity first); a Tensor slot needs a Tensor of the same
+  layout (its data is state, read at each replay); `requires_grad` and whether
+  `.grad` is None must be as they were;
+- **effects**: after the call, the difference between each box and its snapshot;
+  a replay writes it again (with that replay's tensors).
+
+Attributes read at each replay (an optimizer's lr) or advanced by replay callbacks
+(Adam's step count) are `exempt`: neither guards nor effects.
+"""
+from __future__ import annotations
+
+import functools
+import random
+import types
+from operator import attrgetter
+
+import numpy as np
+
+from ..autograd import Tensor
+
+MISSING = object()
+#: values compared by value (what a guard holds); np.generic: numpy scalars
+SIMPLE = (bool, int, float, complex, str, bytes, type(None), np.generic)
+#: objects the walk does not enter (their identity is guarded where they are held)
+OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, np.dtype)
+#: numpy arrays up to this size held by state are guarded by their contents
+ARRAY_GUARD_SIZE = 1 << 16
+#: objects a world may hold; past it the capture gives up (runs plainly, saying so)
+LIMIT = 100_000
+
+_grad, _flag = attrgetter("grad"), attrgetter("requires_grad")
+
+
+class GradOf:
+    """A Tensor's `.grad` as a container of one key, so a gradient is found and set
+    like any other slot."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __getitem__(self, key):
+        return self.tensor.grad
+
+    def __setitem__(self, key, value) -> None:
+        self.tensor.grad = value
+
+
+class Slot:
+    """Where a Tensor lives: `container[key]`, at `pos` inside a tuple there (or None);
+    `initial` is the Tensor it held when the world found it."""
+
+    __slots__ = ("container", "key", "pos", "path", "initial")
+
+    def __init__(self, container, key, pos, path, initial):
+        self.container, self.key, self.pos, self.path, self.initial = container, key, pos, path, initial
+
+    def get(self):
+        """The Tensor there now, or None (the slot emptied, not a Tensor)."""
+        try:
+            value = self.container[self.key]
+            for i in self.pos or ():
+                value = value[i]
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return None
+        return value if isinstance(value, Tensor) else None
+
+
+def path_of(parent: str, key) -> str:
+    if isinstance(key, str) and key.isidentifier():
+        return f"{parent}.{key}" if parent else key
+    return f"{parent}[{key!r}]"
+
+
+def same_layout(a, b) -> bool:
+    """Two slot values a replay may bind alike: the same object, or Tensors (tuples of
+    them) of one shape, dtype, device and requires_grad."""
+    if a is b:
+        return True
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        x, y = a._cached_data, b._cached_data
+        return (a.requires_grad == b.requires_grad and x is not None and y is not None and x.shape == y.shape
+                and x.dtype == y.dtype and getattr(x, "device", None) == getattr(y, "device", None))
+    if type(a) is tuple and type(b) is tuple and len(a) == len(b):
+        return all(same_layout(u, v) for u, v in zip(a, b))
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:  # (numpy arrays compare elementwise)
+        return False
+
+
+class World:
+    """Snapshots of the containers reachable from some roots (see the module docstring)."""
+
+    def __init__(self):
+        self.boxes = []        # [container, snapshot, path]: dicts, lists, sets (compared with ==)
+        self.cells, self.cell_values = [], []        # closure cells and their contents then
+        self.globals = []      # [globals dict, names, values then, path]
+        self.slots = []        # Slot of every Tensor held
+        self.holders = []      # the distinct Tensors held (their .grad / requires_grad are guards)
+        self.grads, self.flags = [], []
+        self.arrays = []       # (small numpy array, copy, path)
+        self.rngs = []         # (numpy Generator or RandomState, state, path)
+        self.exempt = set()    # (id(container), key): no guard, no effect
+        self.advance = []      # (box entry, key) of exempt attributes replay callbacks change
+        self.initial = {}      # id(Tensor held) -> its _cached_data when found
+        self.moved = False     # changed() let a slot hold another Tensor: aliases need a look
+        self.too_big = False
+        self._seen = set()
+        self._holder_ids = set()
+
+    # ---- building -------------------------------------------------------------------------
+    def add(self, value, path: str) -> None:
+        """Walk `value` and everything it holds (once each)."""
+        stack = [(value, path)]
+        while stack:
+            value, path = stack.pop()
+            if isinstance(value, SIMPLE) or isinstance(value, OPAQUE) or id(value) in self._seen:
+                continue
+            if isinstance(value, Tensor):
+                self._hold(value)
+                continue
+            if len(self._seen) > LIMIT:
+                self.too_big = True
+                return
+            self._seen.add(id(value))
+            if isinstance(value, (dict, list)):
+                self.boxes.append([value, value.copy(), path])
+                items = value.items() if isinstance(value, dict) else enumerate(value)
+                for key, v in items:
+                    self._item(value, key, v, path_of(path, key), stack)
+            elif isinstance(value, (set, frozenset)):
+                if isinstance(value, set):
+                    self.boxes.append([value, set(value), path])
+            elif isinstance(value, tuple):
+                stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
+            elif isinstance(value, np.ndarray):
+                if value.size <= ARRAY_GUARD_SIZE:
+                    self.arrays.append((value, value.copy(), path))
+            elif isinstance(value, (np.random.Generator, np.random.RandomState, random.Random)):
+                self.rngs.append((value, _rng_state(value), path))
+            elif isinstance(value, functools.partial):
+                stack.extend([(value.func, path + ".func"), (value.args, path + ".args"),
+                              (value.keywords, path + ".keywords")])
+            elif isinstance(value, types.MethodType):
+                stack.extend([(value.__self__, path), (value.__func__, path)])
+            elif isinstance(value, types.FunctionType):
+                self.add_function(value, path, stack)
+            elif hasattr(value, "__dict__") and not getattr(type(value), "holds_no_state", False):
+                stack.append((value.__dict__, path))
+
+    def _item(self, container, key, value, path, stack) -> None:
+        if isinstance(value, Tensor):
+            self.slots.append(Slot(container, key, None, path, value))
+            self._hold(value)
+        elif type(value) is tuple and _has_tensor(value):
+            for pos, t in _tensors_in_tuple(value, ()):
+                self.slots.append(Slot(container, key, pos, path + "".join(f"[{i}]" for i in pos), t))
+                self._hold(t)
+            stack.append((value, path))
+        else:
+            stack.append((value, path))
+
+    def _hold(self, tensor) -> None:
+        if id(tensor) not in self._holder_ids:
+            self._holder_ids.add(id(tensor))
+            self.holders.append(tensor)
+            self.grads.append(tensor.grad)
+            self.flags.append(tensor.requires_grad)
+            data = tensor._cached_data
+            if getattr(data, "is_lazy", False) and data.realized is not None:
+                data = tensor._cached_data = data.realized  # (computed already: its buffer)
+            self.initial[id(tensor)] = data
+            if isinstance(tensor.grad, Tensor):
+                self.slots.append(Slot(GradOf(tensor), "grad", None, "<.grad>", tensor.grad))
+                self._hold(tensor.grad)
+
+    def add_function(self, fn, path: str, stack=None) -> None:
+        """A function's closure cells (guards: the objects they hold) and defaults."""
+        names = fn.__code__.co_freevars
+        for name, cell in zip(names, fn.__closure__ or ()):
+            self.add_cell(cell, path_of(path, name))
+        stack = stack if stack is not None else []
+        if fn.__defaults__:
+            stack.append((fn.__defaults__, path + ".__defaults__"))
+        if fn.__kwdefaults__:
+            stack.append((fn.__kwdefaults__, path + ".__kwdefaults__"))
+        while stack:
+            self.add(*stack.pop())
+
+    def add_cell(self, cell, path: str) -> None:
+        if any(c is cell for c in self.cells):
+            return
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            value = MISSING
+        self.cells.append(cell)
+        self.cell_values.append(value)
+        if value is not MISSING:
+            self._item(_Cell(cell), 0, value, path, stack := [])
+            while stack:
+                self.add(*stack.pop())
+
+    def add_globals(self, namespace: dict, names, path: str = "") -> None:
+        """The globals `names` of a module namespace: bindings guarded by identity."""
+        names = tuple(n for n in names if n in namespace and not any(
+            g[0] is namespace and n in g[1] for g in self.globals))
+        if not names:
+            return
+        self.globals.append([namespace, names, tuple(namespace[n] for n in names), path])
+        for name in names:
+            self._item(namespace, name, namespace[name], path_of(path, name), stack := [])
+            while stack:
+                self.add(*stack.pop())
+
+    # ---- guards ---------------------------------------------------------------------------
+    def holds(self) -> bool:
+        """Whether every guard holds now; compared in C, Tensors by identity.  When this
+        says no, `changed()` tells whether a difference matters (and refreshes the
+        snapshots when none does)."""
+        for box, snapshot, _ in self.boxes:
+            if not _equal(box, snapshot):
+                return False
+        if self.cells and _contents(self.cells) != self.cell_values:
+            return False
+        for namespace, names, values, _ in self.globals:
+            try:
+                if tuple(map(namespace.__getitem__, names)) != values:
+                    return False
+            except KeyError:
+                return False
+        if list(map(_grad, self.holders)) != self.grads or list(map(_flag, self.holders)) != self.flags:
+            return False
+        for array, copy, _ in self.arrays:
+            if not np.array_equal(array, copy):
+                return False
+        return True
+
+    def changed(self):
+        """None when every difference from the snapshots is one a replay follows (a Tensor
+        slot holding another Tensor of the same layout, an exempt attribute), after
+        refreshing those snapshots; else the first difference: (where, description),
+        where as `where_of` gives it."""
+        for entry in self.boxes:
+            box, snapshot, path = entry
+            if _equal(box, snapshot):
+                continue
+            if not isinstance(box, dict) or len(box) != len(snapshot):
+                if not (isinstance(box, list) and len(box) == len(snapshot)
+                        and all(same_layout(a, b) for a, b in zip(snapshot, box))):
+                    return (id(box), ALL), f"{path or 'a container'} (was {_short(snapshot)}, now {_short(box)})"
+            else:
+                for key, before in snapshot.items():
+                    now = box.get(key, MISSING)
+                    if (id(box), key) not in self.exempt and not same_layout(before, now):
+                        return (id(box), key), f"{path_of(path, key)} (was {_short(before)}, now {_short(now)})"
+            entry[1] = box.copy()
+            self.moved = True
+        now = _contents(self.cells) if self.cells else []
+        for cell, before, value in zip(self.cells, self.cell_values, now):
+            if not same_layout(before, value):
+                return (id(cell), 0), f"a closure variable (was {_short(before)}, now {_short(value)})"
+        self.cell_values = now
+        for entry in self.globals:
+            namespace, names, values, path = entry
+            current = tuple(namespace.get(n, MISSING) for n in names)
+            for name, before, value in zip(names, values, current):
+                if not same_layout(before, value):
+                    return (id(namespace), name), f"the global {path_of(path, name)} (was {_short(before)}, " \
+                                                  f"now {_short(value)})"
+            entry[2] = current
+        for i, t in enumerate(self.holders):
+            if t.requires_grad != self.flags[i]:
+                return (id(t), "requires_grad"), f"requires_grad of a {t.shape} tensor (was {self.flags[i]})"
+            if (t.grad is None) != (self.grads[i] is None) or not same_layout(t.grad, self.grads[i]):
+                return (id(t), "grad"), f"the .grad of a {t.shape} tensor (was {_short(self.grads[i])}, " \
+                                        f"now {_short(t.grad)})"
+            self.grads[i] = t.grad
+        for array, copy, path in self.arrays:
+            if not np.array_equal(array, copy):
+                return (id(array), ALL), f"the numpy array {path} (its values)"
+        return None
+
+    # ---- effects --------------------------------------------------------------------------
+    def diff(self):
+        """[(container, key, value now)] for every guarded value that differs from its
+        snapshot now (after the call), exempt ones aside; a list that changed length is
+        one entry with key ALL.  Closure cells come as (_Cell, 0, value)."""
+        found = []
+        for box, snapshot, _ in self.boxes:
+            if _equal(box, snapshot):
+                continue
+            if isinstance(box, dict):
+                for key in set(snapshot) | set(box):
+                    now, before = box.get(key, MISSING), snapshot.get(key, MISSING)
+                    if now is not before and (id(box), key) not in self.exempt:
+                        found.append((box, key, now))
+            elif isinstance(box, list) and len(box) == len(snapshot):
+                found.extend((box, i, now) for i, (now, before) in enumerate(zip(box, snapshot)) if now is not before)
+            else:
+                found.append((box, ALL, box.copy()))
+        for cell, before in zip(self.cells, self.cell_values):
+            now = _contents([cell])[0]
+            if now is not before:
+                found.append((_Cell(cell), 0, now))
+        for namespace, names, values, _ in self.globals:
+            for name, before in zip(names, values):
+                now = namespace.get(name, MISSING)
+                if now is not before:
+                    found.append((namespace, name, now))
+        for t, before in zip(self.holders, self.grads):
+            if t.grad is not before:
+                found.append((GradOf(t), "grad", t.grad))
+        return found
+
+    def path(self, container, key) -> str:
+        """A readable name for `container[key]` (for warnings and verify's reports)."""
+        if isinstance(container, GradOf):
+            for slot in self.slots:
+                if slot.pos is None and slot.get() is container.tensor:
+                    return slot.path + ".grad"
+            return "the .grad of a tensor"
+        if isinstance(container, _Cell):
+            return "a closure variable"
+        for box, _, path in self.boxes:
+            if box is container:
+                return path_of(path, key) if key is not ALL else path
+        for namespace, _, _, path in self.globals:
+            if namespace is container:
+                return path_of(path, key)
+        return repr(key)
+
+    def refresher(self, container, key, after):
+        """How a replay that writes `container[key]` keeps the snapshot following, so the
+        next call's check passes in C: a function of the value written; None when what
+        the capture wrote (`after`) is not like what it started from (None before, a
+        Tensor after: the guard keeps its None)."""
+        if isinstance(container, GradOf):
+            for i, t in enumerate(self.holders):
+                if t is container.tensor and same_layout(self.grads[i], after):
+                    return lambda value: self.grads.__setitem__(i, value)
+            return None
+        if isinstance(container, _Cell):
+            for i, cell in enumerate(self.cells):
+                if cell is container.cell and same_layout(self.cell_values[i], after):
+                    return lambda value: self.cell_values.__setitem__(i, value)
+            return None
+        for entry in self.boxes:
+            if entry[0] is container:
+                if key is not ALL and same_layout(entry[1].get(key, MISSING) if isinstance(entry[1], dict)
+                                                  else entry[1][key], after):
+                    return lambda value: entry[1].__setitem__(key, value)
+                return None
+        for entry in self.globals:
+            if entry[0] is container and key in entry[1] and same_layout(entry[2][entry[1].index(key)], after):
+                i = entry[1].index(key)
+                return lambda value: entry.__setitem__(2, entry[2][:i] + (value,) + entry[2][i + 1:])
+        return None
+
+    def exempt_keys(self, keys, advanced) -> None:
+        """Make `keys` ((id(container), key) pairs) no guards and no effects; `advanced`
+        among them are changed by replay callbacks (Adam's t): their snapshots follow."""
+        self.exempt |= keys
+        self.advance = [(entry, key) for entry in self.boxes if isinstance(entry[0], dict)
+                        for i, key in advanced if i == id(entry[0])]
+
+    def advanced(self) -> None:
+        """After a replay: the snapshots of what its callbacks advanced follow, so the
+        next call's check passes in C."""
+        for entry, key in self.advance:
+            entry[1][key] = entry[0].get(key, MISSING)
+
+    def rng_changes(self) -> list:
+        """The paths of the random generators held by state whose state changed."""
+        return [path for rng, state, path in self.rngs if not _same_state(_rng_state(rng), state)]
+
+
+ALL = object()  # a diff's key for a list that changed length: its whole contents
+
+
+def where_of(container, key) -> tuple:
+    """A comparable name of `container[key]` (what `changed()` reports)."""
+    if isinstance(container, GradOf):
+        return id(container.tensor), "grad"
+    if isinstance(container, _Cell):
+        return id(container.cell), 0
+    return id(container), key
+
+
+class _Cell:
+    """A closure cell as a container of one key (0)."""
+
+    __slots__ = ("cell",)
+
+    def __init__(self, cell):
+        self.cell = cell
+
+    def __getitem__(self, key):
+        return self.cell.cell_contents
+
+    def __setitem__(self, key, value) -> None:
+        self.cell.cell_contents = value
+
+
+def _contents(cells) -> list:
+    out = []
+    for cell in cells:
+        try:
+            out.append(cell.cell_contents)
+        except ValueError:
+            out.append(MISSING)
+    return out
+
+
+def _equal(box, snapshot) -> bool:
+    """`box == snapshot`, members by identity first (in C); a member whose `==` raises
+    (a numpy array replaced by another) counts as changed."""
+    try:
+        return box == snapshot
+    except Exception:
+        return False
+
+
+def _has_tensor(value) -> bool:
+    return any(isinstance(v, Tensor) or (type(v) is tuple and _has_tensor(v)) for v in value)
+
+
+def _tensors_in_tuple(value, pos):
+    for i, v in enumerate(value):
+        if isinstance(v, Tensor):
+            yield pos + (i,), v
+        elif type(v) is tuple:
+            yield from _tensors_in_tuple(v, pos + (i,))
+
+
+def _rng_state(rng):
+    if isinstance(rng, random.Random):
+        return rng.getstate()
+    return rng.bit_generator.state if isinstance(rng, np.random.Generator) else rng.get_state()
+
+
+def _same_state(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b
+
+
+def same_rng_state(a, b) -> bool:
+    """Whether two states of numpy's RNG (get_state()) or Python's random are one."""
+    return _same_state(a, b)
+
+
+def _short(value) -> str:
+    if value is MISSING:
+        return "nothing"
+    if isinstance(value, Tensor):
+        return f"a {value.shape} tensor"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
