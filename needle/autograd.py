@@ -458,6 +458,8 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         adjoint = sum_node_list(grads)
         if node.op is None:
             node.grad = adjoint
+            if _capture.CURRENT is not None:
+                _capture.grad_set(node)
             _outlives_step(adjoint)  # computed with the next schedule, loss read or step
             continue
         node.grad = _cut(adjoint)

@@ -318,6 +318,7 @@ class JitFunction:
         result = _untraced(result, call)
         why = _host_effects(recorder, tracer, world, rng, py_rng)
         world.exempt_keys(*_exemptions(recorder, tracer, world))
+        world.unguard_grads(recorder.grads_set, {id(t) for t, _ in recorder.readers.values()})
         try:
             if why is None:
                 holders = list(world.holders) + [t for t in call.inputs if id(t) not in world._holder_ids]

@@ -109,8 +109,9 @@ class World:
         self.cells, self.cell_values = [], []        # closure cells and their contents then
         self.globals = []      # [globals dict, names, values then, path]
         self.slots = []        # Slot of every Tensor held
-        self.holders = []      # the distinct Tensors held (their .grad / requires_grad are guards)
-        self.grads, self.flags = [], []
+        self.holders = []      # the distinct Tensors held (their requires_grad are guards) ...
+        self.flags, self.grads_before = [], []  # ... their flags and .grad when found
+        self.grad_holders, self.grads = [], []   # those whose .grad is a guard, and the .grad
         self.arrays = []       # (small numpy array, copy, path)
         self.rngs = []         # (numpy Generator or RandomState, state, path)
         self.exempt = set()    # (id(container), key): no guard, no effect
@@ -177,6 +178,8 @@ class World:
         if id(tensor) not in self._holder_ids:
             self._holder_ids.add(id(tensor))
             self.holders.append(tensor)
+            self.grads_before.append(tensor.grad)
+            self.grad_holders.append(tensor)
             self.grads.append(tensor.grad)
             self.flags.append(tensor.requires_grad)
             data = tensor._cached_data
@@ -242,7 +245,7 @@ class World:
                     return False
             except KeyError:
                 return False
-        if list(map(_grad, self.holders)) != self.grads or list(map(_flag, self.holders)) != self.flags:
+        if list(map(_grad, self.grad_holders)) != self.grads or list(map(_flag, self.holders)) != self.flags:
             return False
         for array, copy, _ in self.arrays:
             if not np.array_equal(array, copy):
@@ -285,6 +288,7 @@ class World:
         for i, t in enumerate(self.holders):
             if t.requires_grad != self.flags[i]:
                 return (id(t), "requires_grad"), f"requires_grad of a {t.shape} tensor (was {self.flags[i]})"
+        for i, t in enumerate(self.grad_holders):
             if (t.grad is None) != (self.grads[i] is None) or not same_layout(t.grad, self.grads[i]):
                 return (id(t), "grad"), f"the .grad of a {t.shape} tensor (was {_short(self.grads[i])}, " \
                                         f"now {_short(t.grad)})"
@@ -321,7 +325,7 @@ class World:
                 now = namespace.get(name, MISSING)
                 if now is not before:
                     found.append((namespace, name, now))
-        for t, before in zip(self.holders, self.grads):
+        for t, before in zip(self.holders, self.grads_before):
             if t.grad is not before:
                 found.append((GradOf(t), "grad", t.grad))
         return found
@@ -349,7 +353,7 @@ class World:
         the capture wrote (`after`) is not like what it started from (None before, a
         Tensor after: the guard keeps its None)."""
         if isinstance(container, GradOf):
-            for i, t in enumerate(self.holders):
+            for i, t in enumerate(self.grad_holders):
                 if t is container.tensor and same_layout(self.grads[i], after):
                     return lambda value: self.grads.__setitem__(i, value)
             return None
@@ -369,6 +373,15 @@ class World:
                 i = entry[1].index(key)
                 return lambda value: entry.__setitem__(2, entry[2][:i] + (value,) + entry[2][i + 1:])
         return None
+
+    def unguard_grads(self, written, read) -> None:
+        """The `.grad` of the Tensors whose ids are in `written` is no guard when the call
+        set it (reset_grad, backward) and never read the data it had before (ids of the
+        Tensors read: `read`)."""
+        before = {id(t): g for t, g in zip(self.holders, self.grads_before)}
+        written = {i for i in written if before.get(i) is None or id(before[i]) not in read}
+        kept = [(t, g) for t, g in zip(self.grad_holders, self.grads) if id(t) not in written]
+        self.grad_holders, self.grads = [t for t, _ in kept], [g for _, g in kept]
 
     def exempt_keys(self, keys, advanced) -> None:
         """Make `keys` ((id(container), key) pairs) no guards and no effects; `advanced`

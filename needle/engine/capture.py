@@ -6,6 +6,7 @@ check on its own path (`if capture.CURRENT is not None`):
 
 - `read_state(tensor, data)`: an op reads a tensor's data (autograd);
 - `created(tensor)`: a Tensor was made during the call (autograd);
+- `grad_set(tensor)`: needle set a Tensor's `.grad` (backward, reset_grad);
 - `schedule(entry, leaves, scalars, device, outputs, nodes, target)`: a compiled
   schedule ran (engine.schedule_cache; `nodes` still hold their graph);
 - `draw(fn, args, kwargs, tensor)`: a random tensor was drawn (init);
@@ -95,6 +96,7 @@ class Recorder:
         self.runs = []         # ScheduleRun | HostRun, in launch order
         self.readers = {}      # id(NDArray) -> (Tensor read, NDArray)
         self.created_ids = set()  # ids of the Tensors made during the call
+        self.grads_set = set()    # ids of the Tensors whose .grad needle set during the call
         self.actions = []      # ("draw", index) | ("call", callback), each with the number of
         #                        schedules run before it (a replay keeps that order)
         self.draws = []        # (fn, args, kwargs, NDArray drawn)
@@ -147,6 +149,14 @@ def created(tensor) -> None:
     r = _active()
     if r is not None:
         r.created_ids.add(id(tensor))
+
+
+def grad_set(tensor) -> None:
+    """needle set `tensor.grad` (backward, reset_grad): what it was before the call
+    matters to the call only if something read it first (its data: a read_state)."""
+    r = _active()
+    if r is not None:
+        r.grads_set.add(id(tensor))
 
 
 def draw(fn, args, kwargs, tensor) -> None:

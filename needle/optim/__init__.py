@@ -103,6 +103,8 @@ class Optimizer:
         """Forget all gradients (the course name; `zero_grad` is PyTorch's)."""
         for param in self.params:
             param.grad = None
+            if _capture.CURRENT is not None:
+                _capture.grad_set(param)
 
     zero_grad = reset_grad
 

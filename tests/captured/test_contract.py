@@ -1,0 +1,519 @@
+"""The contract of needle.jit (SPEC "Captured steps"), one test per defect class that
+an independent check found silently wrong: every dependency of a capture is an input,
+state, a guard or a reason to run plainly with a warning.  Each test runs a loop
+plainly and jitted (verify on) and compares everything bit for bit, or checks the
+warning / JitError that says where needle cannot follow."""
+import functools
+import warnings
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn, optim
+from needle.errors import JitError
+from needle.optim.lr_scheduler import StepLR
+
+
+@pytest.fixture(autouse=True)
+def lazy():
+    with ndl.lazy(True):
+        yield
+
+
+def T(a):
+    return ndl.Tensor(np.asarray(a, dtype="float32"), requires_grad=False)
+
+
+def batch(i, n=4, features=6, classes=3):
+    rng = np.random.default_rng(i)
+    return rng.standard_normal((n, features)).astype("float32"), rng.integers(0, classes, n).astype("float32")
+
+
+def small(seed=0, dropout=False):
+    np.random.seed(seed)
+    layers = [nn.Linear(6, 8), nn.ReLU()] + ([nn.Dropout(0.3)] if dropout else []) + [nn.Linear(8, 3)]
+    return nn.Sequential(*layers)
+
+
+def values(x):
+    """Everything observable, as comparable values."""
+    if isinstance(x, ndl.Tensor):
+        return ("tensor", x.numpy().tobytes(), x.shape)
+    if isinstance(x, np.ndarray):
+        return ("array", x.tobytes(), x.shape)
+    if isinstance(x, (list, tuple)):
+        return tuple(values(v) for v in x)
+    if isinstance(x, dict):
+        return tuple((k, values(v)) for k, v in x.items())
+    return x
+
+
+def both(run, replays=1, warns=None):
+    """run(jit) -> observations; equal bit for bit with and without needle.jit (verify
+    on every replay), the jitted run replayed at least `replays` times, or ran plainly
+    with a warning matching `warns`."""
+    plain = values(run(lambda f: f))
+    made = []
+
+    def jit(f):
+        made.append(ndl.jit(f, verify=100))
+        return made[-1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jitted = values(run(jit))
+    said = [str(w.message) for w in caught if "needle.jit" in str(w.message)]
+    assert jitted == plain
+    if warns is not None:
+        assert any(__import__("re").search(warns, s) for s in said), said
+    else:
+        assert not said, said
+        assert sum(f.replays for f in made) >= replays, [f.replays for f in made]
+
+
+def sgd_step(model, opt, loss_fn=None):
+    loss_fn = loss_fn or nn.SoftmaxLoss()
+
+    def step(x, y):
+        opt.reset_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+# ---- 1. arguments ---------------------------------------------------------------------------
+def test_the_same_tensor_for_two_parameters_then_two_tensors():
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(noisy, clean):
+            opt.reset_grad()
+            loss = ((model(noisy) - model(clean)) ** 2).sum() + model(clean).sum()
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(6):
+            x = T(batch(i)[0])
+            out.append(f(x, x) if i < 3 else f(x, T(batch(i + 10)[0])))
+        return out + model.parameters()
+    both(run, replays=3)
+
+
+def test_a_numpy_buffer_refilled_in_place_is_each_calls_input():
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        buf_x, buf_y = np.empty((4, 6), "float32"), np.empty(4, "float32")
+
+        def step(xb, yb):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(ndl.Tensor(xb, requires_grad=False)), ndl.Tensor(yb, requires_grad=False))
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(6):
+            buf_x[:], buf_y[:] = batch(i)
+            out.append(f(buf_x, buf_y))
+        return out + model.parameters()
+    both(run, replays=4)
+
+
+@pytest.mark.parametrize("convert", ["view", "astype", "reshape"])
+def test_numpy_arguments_converted_through_views_and_casts(convert):
+    def make(x):
+        if convert == "view":
+            return ndl.Tensor(x[:, :6], requires_grad=False)
+        if convert == "astype":
+            return ndl.Tensor(x[:, :6].astype("float32"), requires_grad=False)
+        return ndl.Tensor(x.reshape(4, 8)[:, :6], requires_grad=False)
+
+    def run(jit):
+        model = small()
+        f = jit(lambda x: model(make(x)).sum())
+        data = np.random.default_rng(0).standard_normal((6, 4, 8))
+        data = data if convert == "astype" else data.astype("float32")
+        return [f(data[i]) for i in range(6)]
+    both(run, replays=4)
+
+
+def test_a_numpy_computation_on_an_argument_runs_plainly_and_says_so():
+    def run(jit):
+        model = small()
+        f = jit(lambda x: model(ndl.Tensor(x / 2.0, requires_grad=False)).sum())
+        return [f(batch(i)[0]) for i in range(5)]
+    both(run, warns=r"numpy computation on argument 0|np\.divide of numpy argument 0")
+
+
+def test_a_step_that_returns_its_input_returns_each_calls_input():
+    def run(jit):
+        model = small()
+        f = jit(lambda x: (model(x).sum(), x))
+        out = []
+        for i in range(5):
+            x = T(batch(i)[0])
+            loss, back = f(x)
+            assert back is x
+            out.append(loss)
+        return out
+    both(run, replays=3)
+
+
+def test_an_input_rebound_inside_the_step_is_written_back():
+    def run(jit):
+        model = small()
+
+        def step(x):
+            x.data = x.data / 255
+            return model(x).sum()
+        f = jit(step)
+        out = []
+        for i in range(5):
+            x = T(batch(i)[0] * 255)
+            out += [f(x), x]
+        return out
+    both(run, replays=3)
+
+
+# ---- 2. state reached but not watched ----------------------------------------------------------
+class Tempered(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net, self.aux = small(), nn.Linear(6, 3)
+        self.temperature, self.use_aux = 1.0, False
+
+    def forward(self, x):
+        out = self.net(x) / self.temperature
+        if self.use_aux:
+            out = out + self.aux(x)
+        return out
+
+
+def test_a_float_and_a_flag_read_by_forward_between_calls():
+    def run(jit):
+        model = Tempered()
+        opt = optim.Adam(model.parameters(), lr=0.01)
+        f = jit(sgd_step(model, opt))
+        out = []
+        for i in range(10):
+            model.temperature = 1.0 + (i // 3) * 0.5
+            model.use_aux = i >= 6
+            out.append(f(*map(T, batch(i))))
+        return out + model.parameters()
+    both(run, replays=4)
+
+
+class CourseSGD(optim.Optimizer):
+    """A course-style optimizer: step() reads self.lr as a Python float."""
+
+    def __init__(self, params, lr):
+        super().__init__(params, lr)
+
+    def step(self):
+        for p in self.params:
+            if p.grad is not None:
+                p.data = p.data - p.grad.data * self.lr
+
+
+def test_a_course_style_optimizer_follows_its_scheduler():
+    def run(jit):
+        model = small()
+        opt = CourseSGD(model.parameters(), lr=0.5)
+        sched = StepLR(opt, step_size=2, gamma=0.5)
+        f = jit(sgd_step(model, opt))
+        out = []
+        for i in range(8):
+            out.append(f(*map(T, batch(i))))
+            sched.step()
+        return out + model.parameters()
+    both(run, replays=3)
+
+
+def test_hyperparameters_in_a_nested_dict_and_an_object():
+    config = {"loss": {"l2": 0.0}}
+
+    class HP:
+        scale = 1.0
+
+    hp = HP()
+
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.reset_grad()
+            reg = (model.modules[0].weight ** 2).sum() * config["loss"]["l2"]
+            loss = nn.SoftmaxLoss()(model(x) * hp.scale, y) + reg
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(9):
+            config["loss"]["l2"] = 0.01 * (i // 3)
+            hp.scale = 1.0 + (i // 4)
+            out.append(f(*map(T, batch(i))))
+        return out + model.parameters()
+    both(run, replays=3)
+
+
+def test_a_block_appended_to_a_plain_list_of_layers():
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            np.random.seed(1)
+            self.blocks = [nn.Linear(6, 6)]
+            self.head = nn.Linear(6, 3)
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x).relu()
+            return self.head(x)
+
+    def run(jit):
+        model = Stack()
+        f = jit(lambda x: model(x).sum())
+        out = []
+        for i in range(8):
+            if i == 4:
+                np.random.seed(2)
+                model.blocks.append(nn.Linear(6, 6))
+            out.append(f(T(batch(i)[0])))
+        return out
+    both(run, replays=4)
+
+
+def train_step(model, opt, x, y):
+    opt.reset_grad()
+    loss = nn.SoftmaxLoss()(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def test_a_model_reached_through_functools_partial_switched_to_eval():
+    def run(jit):
+        model = small(dropout=True)
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        f = jit(functools.partial(train_step, model, opt))
+        out = []
+        np.random.seed(3)
+        for i in range(8):
+            model.train() if i % 3 else model.eval()
+            out.append(f(*map(T, batch(i))))
+        return out + model.parameters()
+    both(run, replays=3)
+
+
+HELPER = {}
+
+
+def forward_helper(x):
+    return HELPER["model"](x)
+
+
+def test_a_model_reached_through_a_helpers_globals_frozen_between_calls():
+    def run(jit):
+        model = HELPER["model"] = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(forward_helper(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(8):
+            if i == 4:
+                for p in model.modules[0].parameters():
+                    p.requires_grad = False
+            out.append(f(*map(T, batch(i))))
+        return out + model.parameters()
+    both(run, replays=3)
+
+
+# ---- 3. host effects ---------------------------------------------------------------------------
+def test_numpys_global_rng_used_directly_runs_plainly_and_says_so():
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            noise = ndl.Tensor(np.random.randn(*x.shape).astype("float32") * 0.1, requires_grad=False)
+            return train_step(model, opt, x + noise, y)
+        f = jit(step)
+        np.random.seed(0)
+        out = [f(*map(T, batch(i))) for i in range(6)]
+        return out + model.parameters() + [np.random.rand(3)]
+    both(run, warns="numpy's global RNG")
+
+
+def test_a_list_the_step_appends_to_runs_plainly_and_says_so():
+    def run(jit):
+        model, seen = small(), []
+
+        def step(x):
+            seen.append(x.shape[0])
+            return model(x).sum()
+        f = jit(step)
+        return [f(T(batch(i)[0])) for i in range(6)] + [len(seen)]
+    both(run, warns="changes .*seen")
+
+
+def test_a_counter_returned_by_the_step_is_not_frozen():
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net, self.steps = small(), 0
+
+        def forward(self, x):
+            self.steps += 1
+            return self.net(x).sum(), self.steps
+
+    def run(jit):
+        model = Counting()
+        f = jit(model.forward)
+        return [f(T(batch(i)[0])) for i in range(6)]
+    both(run, warns=r"changes self\.steps")
+
+
+@pytest.mark.parametrize("read", ["cached_data", "realize_cached_data", "cached_data.numpy"])
+def test_reading_a_value_by_any_path_is_a_jit_error(read):
+    model = small()
+    reads = {"cached_data": lambda t: t.cached_data, "realize_cached_data": lambda t: t.realize_cached_data(),
+             "cached_data.numpy": lambda t: t.cached_data.numpy()}
+
+    def step(x):
+        out = model(x).sum()
+        reads[read](out)
+        return out
+    f = ndl.jit(step)
+    f(T(batch(0)[0]))
+    with pytest.raises(JitError, match=r"test_contract\.py:\d+"):
+        f(T(batch(1)[0]))
+
+
+def test_print_inside_the_step_runs_plainly_and_says_so(capsys):
+    def run(jit):
+        model = small()
+
+        def step(x):
+            print("step")
+            return model(x).sum()
+        f = jit(step)
+        return [f(T(batch(i)[0])) for i in range(4)]
+    both(run, warns=r"print\(\)")
+    assert capsys.readouterr().out.count("step") == 8
+
+
+# ---- 4. transactional replays ------------------------------------------------------------------
+def test_a_hidden_state_reset_between_epochs_with_adam_and_dropout():
+    class Carry(nn.Module):
+        def __init__(self):
+            super().__init__()
+            np.random.seed(4)
+            self.cell, self.drop, self.head, self.h = nn.RNNCell(6, 5), nn.Dropout(0.2), nn.Linear(5, 3), None
+
+        def forward(self, x):
+            self.h = self.cell(x, None if self.h is None else self.h.detach())
+            return self.head(self.drop(self.h))
+
+    def run(jit):
+        model = Carry()
+        opt = optim.Adam(model.parameters(), lr=0.01)
+        f = jit(sgd_step(model, opt))
+        np.random.seed(5)
+        out = []
+        for epoch in range(3):
+            model.h = None
+            for i in range(3):
+                out.append(f(*map(T, batch(10 * epoch + i))))
+        return out + model.parameters() + [opt.t]
+    both(run, replays=3)
+
+
+def test_optimizer_state_cleared_between_calls():
+    def run(jit):
+        model = small()
+        opt = optim.Adam(model.parameters(), lr=0.01)
+        f = jit(sgd_step(model, opt))
+        out = []
+        for i in range(8):
+            if i == 4:
+                opt.m.clear()
+                opt.v.clear()
+            out.append(f(*map(T, batch(i))))
+        return out + model.parameters() + [opt.t]
+    both(run, replays=3)
+
+
+# ---- 5. forward-only capture -------------------------------------------------------------------
+def test_backward_outside_the_jitted_function_runs_plainly_and_says_so():
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        loss_fn = nn.SoftmaxLoss()
+        f = jit(lambda x, y: loss_fn(model(x), y))
+        out = []
+        for i in range(6):
+            opt.reset_grad()
+            loss = f(*map(T, batch(i)))
+            loss.backward()
+            opt.step()
+            out.append(loss)
+        return out + model.parameters()
+    both(run, warns="differentiated after the call")
+
+
+def test_backward_through_a_replayed_result_is_a_jit_error():
+    model = small()
+    f = ndl.jit(lambda x: model(x).sum())
+    for i in range(3):
+        out = f(T(batch(i)[0]))
+    assert f.replays == 1
+    with pytest.raises(JitError, match="keeps no graph"):
+        out.backward()
+
+
+def test_an_inference_function_replays():
+    def run(jit):
+        model = small()
+        f = jit(lambda x: model(x))
+        return [f(T(batch(i)[0])) for i in range(5)]
+    both(run, replays=3)
+
+
+# ---- verify --------------------------------------------------------------------------------------
+def test_verify_names_the_first_tensor_a_broken_replay_gets_wrong(monkeypatch):
+    from needle.captured import step as captured_step
+    model = small()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    f = ndl.jit(sgd_step(model, opt), verify=2)
+    f(*map(T, batch(0)))
+    f(*map(T, batch(1)))
+    real = captured_step.CapturedStep._write
+
+    def forgetful(self, kind, where, template, refresh, bound):  # a replay that forgets the new weights
+        if kind != "data":
+            real(self, kind, where, template, refresh, bound)
+    monkeypatch.setattr(captured_step.CapturedStep, "_write", forgetful)
+    with pytest.raises(JitError, match=r"verify: replay 1 \(call 3\) differs from a plain call in .*weight"):
+        f(*map(T, batch(2)))
+
+
+def test_verify_from_the_environment(monkeypatch):
+    monkeypatch.setenv("NEEDLE_JIT_VERIFY", "3")
+    model = small()
+    f = ndl.jit(lambda x: model(x).sum())
+    for i in range(6):
+        f(T(batch(i)[0]))
+    assert f.verify == 3 and f.verified == 3 and f.replays == 4
