@@ -227,6 +227,18 @@ class Value:
         return value
 
 
+def host_argument(x, what: str):
+    """`x` (an array-like an op reads on the host: labels, indices) as that op should
+    take it: unchanged, except inside a call needle.jit is capturing, where a numpy
+    argument of the call becomes a Tensor (an input of every replay, so each call's
+    values are used); a boolean one selects by its values, which a replay cannot."""
+    if _capture.CURRENT is None or getattr(x, "_needle", None) is None:
+        return x
+    if x.dtype == numpy.bool_:
+        _capture.host_read(f"{what} with a boolean mask from a numpy argument")
+    return Tensor(x, dtype="float32" if x.dtype.kind == "f" else "int64", requires_grad=False)
+
+
 def _outlives_step(value: "Value") -> "Value":
     """Lazy mode: `value` is state that outlives the graph it was built in (a detached
     tensor, `.data`, module or optimizer state); have its pending data computed with

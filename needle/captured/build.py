@@ -7,13 +7,11 @@ else a constant made inside the call.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..autograd import Tensor, TensorTuple
 from ..backend_selection import array_api
 from .step import CONST, DRAW, OUT, SRC, CapturedStep, Run, Source, layout, scalars_of
-from .tracing import DERIVED, apply_view, view_of
-from .world import ALL, GradOf, Slot
+from .tracing import recipe_of
+from .world import ALL, SIMPLE, GradOf, Slot, where_of
 
 
 class Unsupported(Exception):
@@ -26,14 +24,16 @@ class Builder:
     def __init__(self, call, world, initial):
         self.call, self.world = call, world
         self.initial = initial      # id(Tensor) -> its _cached_data when the call began
-        self.sources, self.by_handle = [], {}
+        self.sources, self.bases, self.by_handle = [], [], {}
+        self.templates = {}         # id(object) -> (its template, the object: kept alive meanwhile)
         self.source_of_tensor = {}  # id(Tensor existing before the call) -> source number
 
-    def add(self, handle, source, tensor=None) -> int:
+    def add(self, handle, source, tensor=None, base=None) -> int:
         found = self.by_handle.get(id(handle))
         if found is not None:
             return found
         self.sources.append(source)
+        self.bases.append(base)
         k = self.by_handle[id(handle)] = len(self.sources) - 1
         if tensor is not None:
             source.tensor = tensor
@@ -57,49 +57,42 @@ class Builder:
             self.add(array._handle, Source("input", i), self.call.array_owner(i))
 
     def host_arrays(self, recorded) -> None:
-        """Tensors made from numpy arguments (or views, or casts of views) are inputs;
-        from anything computed from one, a host computation."""
+        """Tensors made from numpy arguments (or from what numpy computed from them) are
+        inputs, made again at each replay from that replay's arguments."""
         for array, data, line in recorded:
             if not hasattr(data, "_handle"):
                 continue
-            tag = getattr(array, "_needle", None)
-            if tag is not None and tag[2] is DERIVED:
-                raise Unsupported(f"a numpy computation on argument {tag[1]} made a tensor at {line}")
-            found = self._numpy_input(array, tag)
-            if found is not None:
-                number, view, cast = found
-                self.add(data._handle, Source("array", number, convert=_converter(view, cast, data)))
-
-    def _numpy_input(self, array, tag):
-        if tag is not None:
-            number, how = tag[1], tag[2]
-            source, cast = (array, None) if how is None else how
-            view = view_of(source, self.call.values[number])
-            if view is None:
-                raise Unsupported(f"a view of numpy argument {number} needle cannot repeat")
-            return number, view, cast
-        if isinstance(array, np.ndarray):
-            for number, root in self.call.values.items():
-                view = view_of(array, root)
-                if view is not None:
-                    return number, view, None
-        return None
+            try:
+                recipe = recipe_of(array, self.call.values)
+            except ValueError as e:
+                raise Unsupported(f"{e} (a tensor made at {line})") from None
+            if recipe is not None:
+                self.add(data._handle, Source("array", recipe, convert=_converter(recipe, data)))
 
     def state(self, readers, created_ids) -> None:
-        """The world's Tensors, then Tensors read that the world does not reach."""
+        """Where state may come from: the world's Tensors, then Tensors read that the world
+        does not reach; each becomes a source when a buffer of the call is its storage."""
+        self.candidates = {}  # id(handle) -> [(kind, where, NDArray, Tensor)], the first found first
         for slot in self.world.slots:
-            t = slot.initial
-            data = self.initial.get(id(t))
-            if data is None or not hasattr(data, "_handle"):
-                continue  # (pending when found: made by the call itself)
-            if id(data._handle) in self.by_handle:
-                self.alias(data._handle, slot, t)
-                continue
-            self.add(data._handle, Source("slot", slot, layout(data)), t)
+            data = self.initial.get(id(slot.initial))
+            if data is not None and hasattr(data, "_handle"):  # (else pending when found: the call's own)
+                self.candidates.setdefault(id(data._handle), []).append(("slot", slot, data, slot.initial))
         for tensor, array in readers.values():
-            if id(tensor) in created_ids or not hasattr(array, "_handle") or id(array._handle) in self.by_handle:
-                continue
-            self.add(array._handle, Source("object", tensor, layout(array)), tensor)
+            if id(tensor) not in created_ids and hasattr(array, "_handle") and id(array._handle) not in self.candidates:
+                self.candidates[id(array._handle)] = [("object", tensor, array, tensor)]
+
+    def use(self, h):
+        """The source number of storage `h` (an id), made from its candidates on first use; or None."""
+        k = self.by_handle.get(h)
+        if k is not None or h not in self.candidates:
+            return k
+        places = self.candidates[h]
+        for kind, where, array, tensor in places:
+            if k is None:
+                k = self.add(array._handle, Source(kind, where, layout(array)), tensor, array)
+            else:
+                self.alias(array._handle, where, tensor)
+        return k
 
     # ---- schedules ------------------------------------------------------------------------
     def runs(self, recorder):
@@ -126,7 +119,7 @@ class Builder:
             base, where = found[2], (OUT, found[0], found[1])
         elif h in draws:
             base, where = self._draw_array(draws[h]), (DRAW, draws[h], None)
-        elif h in self.by_handle:
+        elif self.use(h) is not None:
             k = self.by_handle[h]
             base, where = self._source_array(k), (SRC, k, None)
         else:
@@ -143,29 +136,45 @@ class Builder:
             return self.call.arrays[source.where]
         if source.kind == "array":
             return source.convert.made
-        return self.initial[id(source.tensor)]
+        return self.bases[k]
 
     # ---- effects and the result -----------------------------------------------------------
-    def template(self, value, returned=False):
-        """How a replay makes `value` again (see CapturedStep.make)."""
+    def template(self, value):
+        """How a replay makes `value` again (see CapturedStep.make); one template per
+        object, so an object returned twice is one object at each replay."""
+        if not isinstance(value, SIMPLE):
+            made = self.templates.get(id(value))
+            if made is None:
+                made = self.templates[id(value)] = (self._template(value), value)
+            return made[0]
+        return self._template(value)
+
+    def _template(self, value):
         position = self.call.position(value)
         if position is not None:
             return ("arg", position)
+        if getattr(value, "_needle", None) is not None:  # (a numpy argument, or numpy's result from one)
+            try:
+                return ("numpy", recipe_of(value, self.call.values))
+            except ValueError as e:
+                raise Unsupported(f"the call returns or keeps {e}") from None
         if isinstance(value, Tensor):
-            if id(value) in self.source_of_tensor and id(value) in self.initial:
+            before = self.initial.get(id(value))  # (a Tensor that existed before the call)
+            if before is not None and hasattr(before, "_handle") and self.use(id(before._handle)) is not None \
+                    and id(value) in self.source_of_tensor:
                 return ("was", self.source_of_tensor[id(value)])
             data = _realized(value)
             if getattr(data, "is_lazy", False):
                 raise Unsupported("a tensor the call made was still pending after it")
             if isinstance(value, TensorTuple) or isinstance(data, tuple) or not hasattr(data, "_handle"):
                 raise Unsupported("the call returns or stores a tuple-valued tensor (TensorTuple)")
-            graph = returned and value.op is not None and value.requires_grad
+            graph = value.op is not None and value.requires_grad  # (backward through it: JitError)
             return ("tensor", self.binding(data), value.requires_grad, graph)
         if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
             make = type(value) if type(value) in (list, tuple) else (lambda items, t=type(value): t(*items))
-            return ("seq", make, [self.template(v, returned) for v in value])
+            return ("seq", make, [self.template(v) for v in value])
         if type(value) is dict:
-            return ("dict", [(k, self.template(v, returned)) for k, v in value.items()])
+            return ("dict", [(k, self.template(v)) for k, v in value.items()])
         return ("const", value)
 
     def writes(self, holders) -> list:
@@ -178,13 +187,18 @@ class Builder:
                 k = self.source_of_tensor.get(id(t))
                 where = ("input", self.call.inputs.index(t)) if any(t is x for x in self.call.inputs) else \
                     ("source", k) if k is not None else ("object", t)
-                out.append(("data", where, ("array", self.binding(_realized(t))), None))
+                out.append(("data", where, ("array", self.binding(_realized(t))), None, ()))
+        fed = {}  # the slots the sources were found in: a write there replaces the source's Tensor
+        for k, source in enumerate(self.sources):
+            if source.kind == "slot":
+                fed.setdefault(where_of(source.where.container, source.where.key), []).append((k, source.where.pos))
         for container, key, now in self.world.diff():
             template = self.template(now) if key is not ALL else ("seq", list, [self.template(v) for v in now])
-            out.append(("slot", (container, key), template, self.world.refresher(container, key, now)))
+            out.append(("slot", (container, key), template, self.world.refresher(container, key, now),
+                        fed.get(where_of(container, key), ())))
         for i, x in enumerate(self.call.inputs):
             if x.grad is not self.call.input_grads[i]:
-                out.append(("input grad", (i, None), self.template(x.grad), None))
+                out.append(("input grad", (i, None), self.template(x.grad), None, ()))
         return out
 
 
@@ -193,16 +207,13 @@ def _realized(t):
     return data.realized if getattr(data, "is_lazy", False) else data
 
 
-def _converter(view, cast, made):
-    """The conversion a replay makes of its numpy argument: the view, the cast, then an
-    array on the device, as Tensor() made `made`."""
+def _converter(recipe, made):
+    """The conversion a replay makes of its numpy arguments: the recipe, then an array on
+    the device, as Tensor() made `made`."""
     device, dtype = made.device, made.dtype
 
-    def convert(root):
-        values = apply_view(root, view)
-        if cast is not None:
-            values = values.astype(cast)
-        return array_api.array(values, device=device, dtype=dtype)
+    def convert(values):
+        return array_api.array(recipe(values), device=device, dtype=dtype)
     convert.made = made
     return convert
 
@@ -215,7 +226,7 @@ def build(recorder, call, world, initial, result, holders, created_ids) -> Captu
     b.state(recorder.readers, created_ids)
     runs = b.runs(recorder)
     writes = b.writes(holders)
-    template = b.template(result, returned=True)
+    template = b.template(result)
     checks = [(b.by_handle[id(a._handle)], fn) for a, fn in recorder.checks
               if id(getattr(a, "_handle", None)) in b.by_handle
               and b.sources[b.by_handle[id(a._handle)]].kind in ("input", "array")]

@@ -41,9 +41,9 @@ from ..engine import capture
 from ..engine.realize import pending_nodes, realize_nodes
 from . import verify as verifying
 from .build import Unsupported, build
-from .step import STALE
+from .step import FAILS, STALE
 from .tracing import Tracer, global_names, traced
-from .world import SIMPLE, World, same_rng_state
+from .world import SIMPLE, World, short, same_rng_state
 
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: captures in a row that changed what they depend on (`self.seen += 1`), after which
@@ -59,10 +59,10 @@ class Call:
     `arrays` (their realized arrays, then NDArray arguments), `values` (numpy arrays by
     flat position) and `key` (everything else, and the layouts)."""
 
-    __slots__ = ("flat", "inputs", "arrays", "values", "key", "input_grads", "_positions", "owners")
+    __slots__ = ("flat", "inputs", "arrays", "values", "key", "input_grads", "_positions", "owners", "boxes")
 
     def __init__(self, args, kwargs):
-        self.flat, self.inputs, self.arrays, self.values, self.owners = [], [], [], {}, []
+        self.flat, self.inputs, self.arrays, self.values, self.owners, self.boxes = [], [], [], {}, [], []
         self._positions = None
         if not kwargs and all(type(a) is Tensor for a in args):  # f(x, y): no walk
             self.flat, self.inputs = list(args), list(args)
@@ -101,13 +101,28 @@ class Call:
             self.flat.append(value)
             return ("A", value.shape, value.dtype.str, value.strides)
         if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
+            if type(value) is list:
+                self.boxes.append((value, value.copy()))
             return (type(value), *[self._flatten(v) for v in value])
         if type(value) is dict:
+            self.boxes.append((value, value.copy()))
             return (dict, *[(k, self._flatten(v)) for k, v in value.items()])
         self.flat.append(value)
         if isinstance(value, SIMPLE):
             return (type(value), value)
         return ("O", id(value))
+
+    def changed_containers(self):
+        """Why a replay could not repeat the call, if the call changed a list or dict it was
+        given (`batch["x"] = ...`); see `remember_containers`."""
+        for container, copy in self.boxes:
+            try:
+                same = container == copy
+            except Exception:
+                same = False
+            if not same:
+                return f"the step changes an argument it was given ({short(copy)} became {short(container)})"
+        return None
 
     def array_owner(self, i):
         return self.owners[i]
@@ -238,12 +253,26 @@ class JitFunction:
     def _replay(self, step, call, args, kwargs):
         if len(self.captures) > 1:
             self.captures.move_to_end(call.key)
-        if self.verified < self.verify:
-            result = verifying.check(self, step, call, args, kwargs)
-            if result is not STALE:
+        if self.verified < self.verify or step.replays == 0:  # (each capture's first replay: checked)
+            checked = verifying.check(self, step, call, args, kwargs)
+            if checked is STALE or checked is FAILS:
+                return checked
+            result, difference = checked
+            if self.verified < self.verify:
                 self.verified += 1
+                if difference is not None:
+                    raise JitError(f"needle.jit({self.name}): verify: replay {self.replays + 1} (call {self.calls}) "
+                                   f"differs from a plain call in {difference}; please report this with your step "
+                                   "(NEEDLE_JIT=0 runs plainly)")
+            elif difference is not None:
+                self._run_plainly(f"its first replay differed from a plain call in {difference}: the step depends "
+                                  "on something needle does not follow (numpy reading an argument's values, state "
+                                  "outside Python objects?)")
+                return result
         else:
             result = step.replay(call)
+        if result is FAILS:  # (bad input data: the plain call raises as it does without needle.jit)
+            return self.fn(*args, **kwargs)
         if result is not STALE:
             self.replays += 1
             self.misses = self.unkept = 0
@@ -293,10 +322,7 @@ class JitFunction:
             world.add_globals(getattr(fn, "__func__", fn).__globals__, global_names(code))
         for i, x in call.objects():
             world.add(x, f"<argument {i}>")
-        for t in world.holders:  # (state pending from earlier calls: a buffer the capture reads)
-            if isinstance(t._cached_data, tuple) or getattr(t._cached_data, "is_lazy", False):
-                t.realize_cached_data()
-                world.initial[id(t)] = t._cached_data
+        world.settle(_realize_now)
         return world
 
     def _capture(self, call, args, kwargs):
@@ -307,7 +333,8 @@ class JitFunction:
         for t in call.inputs:
             world.initial.setdefault(id(t), realized(t))
         rng, py_rng = np.random.get_state(), random.getstate()
-        recorder, tracer = capture.Recorder(), Tracer(world)
+        recorder = capture.Recorder()
+        tracer = Tracer(world, lambda: world.settle(_realize_now, recorder.created_ids))
         args, kwargs, restore = _traced_arguments(call, args, kwargs, tracer)
         try:
             with capture.recording(recorder), tracer, capture.STAMP_SOURCES():
@@ -315,8 +342,7 @@ class JitFunction:
                 _close(result, world, call)
         finally:
             restore()
-        result = _untraced(result, call)
-        why = _host_effects(recorder, tracer, world, rng, py_rng)
+        why = _host_effects(recorder, tracer, world, rng, py_rng) or call.changed_containers()
         world.exempt_keys(*_exemptions(recorder, tracer, world))
         world.unguard_grads(recorder.grads_set, {id(t) for t, _ in recorder.readers.values()})
         try:
@@ -325,6 +351,10 @@ class JitFunction:
                 step = build(recorder, call, world, world.initial, result, holders, recorder.created_ids)
         except Unsupported as e:
             why = str(e)
+        result = _untraced(result, call)
+        for container, key, now in world.diff() if call.values else ():  # (what it kept: the user's arrays)
+            if getattr(now, "_needle", None) is not None:
+                container[key] = _untraced(now, call)
         if why is not None:
             self._run_plainly(f"{why}, which a replay cannot repeat")
             return result
@@ -357,6 +387,13 @@ def realized(tensor):
     if getattr(data, "is_lazy", False):
         data = tensor.realize_cached_data()
     return data
+
+
+def _realize_now(tensors) -> None:
+    """Compute `tensors` outside any recording (state earlier calls left pending)."""
+    with capture.recording(None):
+        for t in tensors:
+            t.realize_cached_data()
 
 
 def _pending(value) -> list:
@@ -407,14 +444,17 @@ def _traced_arguments(call, args, kwargs, tracer):
 
 
 def _untraced(value, call):
-    """A returned TracedArray is the caller's own array."""
+    """What the capture call returns or keeps, with each TracedArray the caller's own
+    array (an argument) or a plain one (numpy's result from one)."""
     tag = getattr(value, "_needle", None)
-    if tag is not None and tag[2] is None:
+    if tag is not None:
         original = call.flat[tag[1]]
-        if value.base is original and value.shape == original.shape and value.strides == original.strides:
-            return original
+        same = value.base is original and value.shape == original.shape and value.strides == original.strides
+        return original if same else value.view(np.ndarray)
     if type(value) in (list, tuple):
         return type(value)(_untraced(v, call) for v in value)
+    if type(value) is dict:
+        return {k: _untraced(v, call) for k, v in value.items()}
     return value
 
 
@@ -439,22 +479,31 @@ def _host_effects(recorder, tracer, world, rng, py_rng):
     return None
 
 
+#: what user code may call on an object whose attributes are read at each replay
+#: or advanced by replay callbacks (anything else may hand those values to Python)
+STEP_METHODS = {"step", "reset_grad", "zero_grad"}
+
+
 def _exemptions(recorder, tracer, world):
-    """(id(container), key) of attributes read at each replay (an optimizer's lr, unless
-    the user's own code reads it or the step writes it) and of those the replay
-    callbacks advance (Adam's t), which are neither guards nor effects; and the latter
-    alone."""
+    """(id(container), key) of the attributes that are neither guards nor effects, and
+    those of them the replay callbacks advance.  An attribute is exempt when needle
+    reads it at each replay (an optimizer's lr) or a replay callback advances it (Adam's
+    t, a scheduler's epoch), the call does not write it otherwise, no user code reads it
+    by name, and user code calls nothing but `step`/`reset_grad` on its object."""
     exempt, advanced = set(), set()
     changed = {(id(c), k) for c, k, _ in world.diff()}
+
+    def allowed(obj):
+        return tracer.touched.get(id(obj), set()) <= STEP_METHODS and getattr(obj, "__dict__", None) is not None
+
     for obj, names in recorder.live:
-        d = getattr(obj, "__dict__", None)
-        for name in names:
-            if d is not None and name in d and name not in tracer.attributes and (id(d), name) not in changed:
-                exempt.add((id(d), name))
+        if allowed(obj):
+            d = obj.__dict__
+            exempt |= {(id(d), n) for n in names if n in d and n not in tracer.attributes and (id(d), n) not in changed}
     for obj in recorder.advanced:
-        d = getattr(obj, "__dict__", None)
-        if d is not None:
-            advanced |= {(i, k) for i, k in changed if i == id(d)}
+        if allowed(obj):
+            d = obj.__dict__
+            advanced |= {(i, k) for i, k in changed if i == id(d) and k not in tracer.attributes}
     return exempt | advanced, advanced
 
 

@@ -19,14 +19,17 @@ return value, each made anew so earlier results stay valid).
 """
 from __future__ import annotations
 
+from operator import attrgetter, is_
+
 from ..autograd import Tensor, TensorOp
 from ..errors import JitError
 from ..ir.nodes import RuntimeScalar
 from ..engine import capture
-from .world import ALL, GradOf, Slot, where_of
+from .world import ALL, MISSING, GradOf, Slot, where_of
 
 SRC, OUT, DRAW, CONST = range(4)
 STALE = object()  # a replay found a source gone or changed: the call takes another capture
+FAILS = object()  # an input check failed: the call runs plainly (and raises where a plain call does)
 
 
 def realized_array(tensor):
@@ -109,13 +112,23 @@ class CapturedStep:
         self.draws = draws          # [(fn, args, kwargs)]
         self.guards = guards        # [(read, value)]
         self.checks = checks        # [(source number, fn(numpy values))]
-        self.writes = writes        # [(kind, where, template, refresh)], see `_write`
+        #: (source, binding): state Tensors given new data (parameters, optimizer moments) ...
+        self.data_writes = [(where[1], template[1]) for kind, where, template, _, _ in writes
+                            if kind == "data" and where[0] == "source"]
+        #: ... and every other write: [(kind, where, template, refresh, feeds)], see `_write`;
+        #: feeds: (source, position in a tuple or None) whose Tensor the write replaces
+        self.writes = [w for w in writes if not (w[0] == "data" and w[1][0] == "source")]
+        self.state = [k for k, s in enumerate(sources) if s.kind in ("slot", "object")]
+        self.fresh = [(k, s) for k, s in enumerate(sources) if s.kind in ("input", "array")]
+        #: (arrays, state Tensors, their arrays, every source's Tensor) as the last replay left
+        #: them: while the world holds and those Tensors hold those arrays, `resolve` is a look
+        self.expected = None
         self.result = result        # template of the return value
         self.input_ids = input_ids  # ids of world Tensors the inputs were at capture ({} mostly)
         self.replays = 0
         #: where the capture call wrote Python values (world.where_of): a next call that finds
         #: one of them changed found what this capture did, not what the user did
-        self.changes = {where_of(*where) for kind, where, _, _ in writes if kind == "slot"}
+        self.changes = {where_of(*where) for kind, where, _, _, _ in writes if kind == "slot"}
 
     # ---- phase 0: is this the capture for now? ------------------------------------------------
     def why_not(self):
@@ -130,7 +143,32 @@ class CapturedStep:
 
     # ---- phase 1: resolve ------------------------------------------------------------------------
     def resolve(self, call):
-        """The arrays of the sources now, or STALE (nothing is changed either way)."""
+        """The arrays of the sources now and the state Tensors they come from, or STALE
+        (nothing is changed either way)."""
+        expected = self.expected
+        if expected is not None and not self.world.moved and all(map(is_, map(_data, expected[1]), expected[2])):
+            arrays, tensors = list(expected[0]), expected[3]  # (state as the last replay left it)
+            for k, source in self.fresh:
+                arrays[k] = call.arrays[source.where] if source.kind == "input" else source.convert(call.values)
+        else:
+            found = self._find(call)
+            if found is STALE:
+                return STALE
+            arrays, tensors = found
+        if self.input_ids is not None:
+            for i, x in enumerate(call.inputs):
+                if id(x) in self.world._holder_ids and self.input_ids.get(id(x)) != i:
+                    return STALE  # (a state tensor passed as an argument: not what was captured)
+        try:
+            for k, fn in self.checks:  # (labels in range, as without needle.jit)
+                fn(host_values(arrays[k]))
+        except Exception:
+            return FAILS  # (a plain call raises it, after what it does first)
+        self.world.moved = False
+        return arrays, tensors
+
+    def _find(self, call):
+        """`resolve` the long way: every source looked up where it lives."""
         arrays, tensors = [], []
         moved = self.world.moved
         for source in self.sources:
@@ -138,7 +176,7 @@ class CapturedStep:
             if kind == "input":
                 array, t = call.arrays[source.where], None
             elif kind == "array":
-                array, t = source.convert(call.values[source.where]), None
+                array, t = source.convert(call.values), None
             else:
                 t = source.where.get() if kind == "slot" else source.where
                 if t is None:
@@ -147,26 +185,20 @@ class CapturedStep:
                 if layout(array) != source.layout:
                     return STALE  # (state of another layout: capture again)
             for alias in (source.aliases + source.twins if moved else source.aliases):
-                other = alias.get() if isinstance(alias, Slot) else call.arrays[alias]
+                other = alias.get() if isinstance(alias, Slot) else alias if isinstance(alias, Tensor) else \
+                    call.arrays[alias]
                 other = realized_array(other) if isinstance(other, Tensor) else other
                 if other is None or getattr(other, "_handle", None) is not array._handle:
                     return STALE  # (two places that shared storage at capture share it no more)
             arrays.append(array)
             tensors.append(t)
-        if self.input_ids is not None:
-            for i, x in enumerate(call.inputs):
-                if id(x) in self.world._holder_ids and self.input_ids.get(id(x)) != i:
-                    return STALE  # (a state tensor passed as an argument: not what was captured)
-        for k, fn in self.checks:  # (bad labels raise here, as without needle.jit)
-            fn(host_values(arrays[k]))
-        self.world.moved = False
         return arrays, tensors
 
     # ---- phases 2 and 3 ---------------------------------------------------------------------------
     def replay(self, call):
         resolved = self.resolve(call)
-        if resolved is STALE:
-            return STALE
+        if resolved is STALE or resolved is FAILS:
+            return resolved
         arrays, tensors = resolved
         outs, draws = [], []
         actions, done = self.actions, 0
@@ -193,9 +225,19 @@ class CapturedStep:
         while done < len(actions):  # (a scheduler's step after the optimizer's)
             self._act(actions[done], draws)
             done += 1
-        bound = (arrays, outs, draws, tensors, call)
-        for kind, where, template, refresh in self.writes:
-            self._write(kind, where, template, refresh, bound)
+        bound = (arrays, outs, draws, tensors, call, {})
+        next_arrays = list(arrays)
+        for k, binding in self.data_writes:  # (state Tensors given new data: parameters, moments)
+            next_arrays[k] = tensors[k]._cached_data = self.array(binding, bound)
+        next_tensors = list(tensors)
+        for kind, where, template, refresh, feeds in self.writes:
+            value = self._write(kind, where, template, refresh, bound)
+            for k, pos in feeds:
+                t = value if pos is None else _at(value, pos)
+                if isinstance(t, Tensor):
+                    next_tensors[k], next_arrays[k] = t, t._cached_data
+        self.expected = (next_arrays, [next_tensors[k] for k in self.state],
+                         [next_arrays[k] for k in self.state], next_tensors)
         self.world.advanced()
         self.replays += 1
         return self.make(self.result, bound)
@@ -207,22 +249,29 @@ class CapturedStep:
         else:
             action[1]()
 
-    def _write(self, kind, where, template, refresh, bound) -> None:
+    def _write(self, kind, where, template, refresh, bound):
         if kind == "data":  # a Tensor that existed before the call was given new data
             t = self._tensor_at(where, bound)
             if t is not None:
                 t._cached_data = self.make(template, bound)
-            return
+            return t
         container, key = where
         value = self.make(template, bound)
         if kind == "input grad":
             bound[4].inputs[container].grad = value
-        elif key is ALL:
-            container[:] = value
+        elif key is ALL:  # (a list, deque or set that changed length: its new members)
+            container.clear()
+            container.update(value) if isinstance(container, (set, dict)) else container.extend(value)
+        elif value is MISSING:  # (a key the call deleted: dict.clear(), del obj.attr)
+            try:
+                del container[key]
+            except (KeyError, IndexError, AttributeError):
+                pass
         else:
             container[key] = value
         if refresh is not None:
             refresh(value)
+        return value
 
     @staticmethod
     def _tensor_at(where, bound):
@@ -234,23 +283,33 @@ class CapturedStep:
         return what.get() if isinstance(what, Slot) else what
 
     def make(self, template, bound):
-        """The value a template stands for in this replay."""
+        """The value a template stands for in this replay: one object per template in a
+        replay (an object the call returned twice, or stored and returned, is one)."""
+        memo = bound[5]
+        value = memo.get(id(template), MISSING)
+        if value is MISSING:
+            value = memo[id(template)] = self._make(template, bound)
+        return value
+
+    def _make(self, template, bound):
         kind = template[0]
         if kind == "tensor":  # ("tensor", binding, requires_grad, had a graph)
-            t = Tensor.__new__(Tensor)
-            t._init(REPLAYED if template[3] else None, [], 1, self.array(template[1], bound), template[2])
+            t = _new(Tensor)
+            t._init(REPLAYED if template[3] else None, _NO_INPUTS, 1, self.array(template[1], bound), template[2])
             return t
         if kind == "array":
             return self.array(template[1], bound)
         if kind == "const":
             return template[1]
+        if kind == "numpy":  # (computed from this call's numpy arguments)
+            return template[1](bound[4].values)
         if kind == "arg":
             return bound[4].flat[template[1]]
         if kind == "was":  # the Tensor a source slot held when the call began
             return bound[3][template[1]]
         if kind == "dict":
             return {k: self.make(t, bound) for k, t in template[1]}
-        return template[1](self.make(t, bound) for t in template[2])  # ("seq", type, items)
+        return template[1]([self.make(t, bound) for t in template[2]])  # ("seq", type, items)
 
     @staticmethod
     def array(binding, bound):
@@ -276,7 +335,7 @@ class CapturedStep:
                  f"  guards: {len(w.boxes)} containers, {len(w.cells)} closure cells, "
                  f"{sum(len(g[1]) for g in w.globals)} globals, {len(w.holders)} tensors' flags, "
                  f"{len(w.arrays)} numpy arrays, {len(self.guards)} branch values",
-                 "  writes: " + (", ".join(f"{n} {k}" for k, n in _count(w[0] for w in self.writes).items())
+                 "  writes: " + (", ".join(f"{n} {k}" for k, n in _count(w[0] for w in self.writes + [('data',)] * len(self.data_writes)).items())
                                  or "none")]
         for s, run in enumerate(self.runs):
             counts = _count(kinds[leaf[0]] for leaf in run.leaves)
@@ -289,6 +348,17 @@ class CapturedStep:
                          f"({live} read at each call)")
             lines.extend(f"    {c.kernel.name}" for c in run.entry.schedule.calls)
         return "\n".join(lines)
+
+
+_data = attrgetter("_cached_data")
+_new = Tensor.__new__
+_NO_INPUTS = ()
+
+
+def _at(value, pos):
+    for i in pos:
+        value = value[i]
+    return value
 
 
 def _count(items) -> dict:

@@ -19,25 +19,16 @@ import dis
 import functools
 import os
 import sys
-import sysconfig
 
 import numpy as np
 
 from ..engine.capture import user_line
+from .world import is_user_code
 
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for p in (
-    sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))} | {_NEEDLE_DIR}))
 _HOST_BUILTINS = {print, input, open, next, breakpoint}
 _HOST_MODULES = {"time", "datetime", "secrets", "uuid"}
-
-
-@functools.lru_cache(maxsize=4096)
-def is_user_code(filename: str) -> bool:
-    if filename.startswith("<frozen") or filename.startswith("<built"):
-        return False
-    path = os.path.abspath(filename) if not filename.startswith("<") else filename
-    return not path.startswith(_LIBRARY_DIRS)
+_HOST_CODES = {os._Environ.__getitem__.__code__: "os.environ"}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -54,7 +45,8 @@ def global_names(code) -> tuple:
 
 @functools.lru_cache(maxsize=1024)
 def attribute_names(code) -> frozenset:
-    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_ATTR", "LOAD_METHOD")}
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR",
+                                                                          "DELETE_ATTR")}
     for const in code.co_consts:
         if hasattr(const, "co_code"):
             names |= attribute_names(const)
@@ -64,10 +56,11 @@ def attribute_names(code) -> frozenset:
 class Tracer:
     """`with Tracer(world):` around the capture call (see the module docstring)."""
 
-    def __init__(self, world):
-        self.world = world
+    def __init__(self, world, settle=lambda: None):
+        self.world, self.settle = world, settle
         self.codes = set()
-        self.attributes = set()  # attribute names user code reads
+        self.attributes = set()  # attribute names user code reads or writes
+        self.touched = {}        # id(object) -> names of needle methods user code called on it
         self.effects = []        # (what, user line) a replay could not repeat
 
     def __enter__(self):
@@ -80,15 +73,21 @@ class Tracer:
         return False
 
     def note(self, what: str, frame=None) -> None:
-        self.effects.append((what, user_line(frame or sys._getframe(1))))
+        self.effects.append((what, line_of(frame or sys._getframe(1))))
 
     def _event(self, frame, event, arg) -> None:
         if event == "call":
             code = frame.f_code
+            if code in _HOST_CODES and _called_by_user(frame):
+                self.note(f"a read of {_HOST_CODES[code]}", frame)
             if code not in self.codes:
                 self.codes.add(code)
                 if is_user_code(code.co_filename) and not _below_the_frontend(frame):
                     self._enter(frame, code)
+            if code.co_varnames[:1] == ("self",) and frame.f_back is not None \
+                    and is_user_code(frame.f_back.f_code.co_filename):
+                owner = frame.f_locals.get("self")  # (a method of needle's called by the user's code)
+                self.touched.setdefault(id(owner), set()).add(code.co_name)
         elif event == "c_call" and is_user_code(frame.f_code.co_filename):
             owner = getattr(arg, "__self__", None)
             if isinstance(owner, (np.random.Generator, np.random.RandomState)) and owner is not np.random.mtrand._rand:
@@ -99,14 +98,32 @@ class Tracer:
     def _enter(self, frame, code) -> None:
         where = os.path.basename(code.co_filename)
         self.world.add_globals(frame.f_globals, global_names(code), f"<globals of {where}>")
-        self.attributes |= attribute_names(code)
         if code.co_freevars:  # (values only: the cells of a function not reached otherwise)
             values = frame.f_locals
             for name in code.co_freevars:
                 if name in values and name != "__class__":
                     self.world.add(values[name], name)
+        self.attributes |= attribute_names(code)
+        self.world.namespace_attributes(self.attributes)
+        self.settle()  # (state found pending: computed before this code reads it)
 
 
+def line_of(frame) -> str:
+    """`user_line` from the innermost frame of the user's own code (not numpy's either)."""
+    while frame is not None and not is_user_code(frame.f_code.co_filename):
+        frame = frame.f_back
+    return user_line(frame) if frame is not None else "<unknown>"
+
+
+def _called_by_user(frame) -> bool:
+    """Whether the first caller outside the standard library is the user's code."""
+    frame = frame.f_back
+    while frame is not None and frame.f_code.co_filename.startswith(_STDLIB):
+        frame = frame.f_back
+    return frame is not None and is_user_code(frame.f_code.co_filename)
+
+
+_STDLIB = os.path.dirname(os.__file__)
 _ENGINE_DIRS = tuple(os.path.join(_NEEDLE_DIR, d) + os.sep for d in ("engine", "compiler", "codegen", "runtime",
                                                                       "backend_ndarray"))
 
@@ -123,63 +140,70 @@ def _below_the_frontend(frame) -> bool:
 
 
 # ---- numpy arguments --------------------------------------------------------------------------
-DERIVED = "derived"
-
-
 class TracedArray(np.ndarray):
-    """A numpy argument seen by the capture call (see the module docstring).  `_needle`
-    is (tracer, argument number, how): how is None for the argument or a view of it,
-    (view, dtype) for a cast of such a view, DERIVED for anything computed from it."""
+    """A numpy argument seen by the capture call, or an array numpy computed from one.
+    `_needle` is (tracer, argument number, recipe): recipe(values) computes this array
+    again from a call's numpy arguments (values: flat position -> array), so a Tensor made
+    from it is an input of every replay.  A value read back to Python (a scalar, `item`,
+    `tolist`, printing) or a write into the argument is a host effect."""
 
     _needle = None
 
-    def __array_finalize__(self, obj) -> None:
+    def __array_finalize__(self, obj) -> None:  # (views numpy makes in C: `.T`, reshape)
         tag = getattr(obj, "_needle", None)
         if tag is not None:
-            view = tag[2] is None and np.may_share_memory(self, obj)
-            self._needle = tag if view else (tag[0], tag[1], DERIVED)
+            view = _view_in(self, obj)
+            self._needle = (tag[0], tag[1], None if view is None or tag[2] is None else
+                            functools.partial(_viewed, tag[2], view))
 
     def _note(self, what: str) -> None:
         tag = self._needle
         if tag is not None:
             tag[0].note(f"{what} of numpy argument {tag[1]}", sys._getframe(2))
 
-    def astype(self, dtype, *args, **kwargs):
-        out = super().astype(dtype, *args, **kwargs)
-        tag = self._needle
-        if isinstance(out, TracedArray) and tag is not None and tag[2] is None:
-            out._needle = (tag[0], tag[1], (self, np.dtype(dtype)))
-        return out
-
-    def copy(self, order="C"):
-        return self.astype(self.dtype, order=order, copy=True)
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        self._note(f"np.{ufunc.__name__}")
-        plain = [x.view(np.ndarray) if isinstance(x, TracedArray) else x for x in inputs]
-        if "out" in kwargs:
-            kwargs["out"] = tuple(x.view(np.ndarray) if isinstance(x, TracedArray) else x for x in kwargs["out"])
-        return getattr(ufunc, method)(*plain, **kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        if func not in _VIEW_FUNCTIONS:
-            self._note(f"np.{func.__name__}")
-        return super().__array_function__(func, types, args, kwargs)
-
-    def __getitem__(self, key):
-        out = super().__getitem__(key)
-        if not isinstance(out, np.ndarray):
+    def _made(self, out, make):
+        """`out`, computed from traced arrays by `make(resolve)`: traced, with its recipe."""
+        if isinstance(out, np.ndarray):
+            out = out.view(TracedArray) if type(out) is not TracedArray else out
+            out._needle = (self._needle[0], self._needle[1], functools.partial(_recipe, make))
+        elif isinstance(out, np.generic) or out is None or isinstance(out, (int, float, bool)):
             self._note("a value read")
         return out
+
+    def __getitem__(self, key):
+        out = super().__getitem__(_plain(key))
+        if not isinstance(out, np.ndarray):
+            self._note("a value read")
+            return out
+        return self._made(out, lambda r: r(self)[r(key)])
 
     def __setitem__(self, key, value) -> None:
         self._note("a write")
         super().__setitem__(key, value)
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if any(isinstance(x, TracedArray) for x in kwargs.get("out", ())):
+            self._note(f"a write (np.{ufunc.__name__}(out=...))")
+        out = getattr(ufunc, method)(*_plain(inputs), **_plain(kwargs))
+        return self._made(out, lambda r: getattr(ufunc, method)(*r(inputs), **r(kwargs)))
+
+    def __array_function__(self, func, types, args, kwargs):
+        out = func(*_plain(args), **_plain(kwargs))
+        if isinstance(out, (list, tuple)):  # (np.split: each part its own recipe)
+            return type(out)(self._made(o, lambda r, i=i: func(*r(args), **r(kwargs))[i]) for i, o in enumerate(out))
+        return self._made(out, lambda r: func(*r(args), **r(kwargs)))
+
     def __iter__(self):
         if self.ndim == 1:
             self._note("a value read")
         return super().__iter__()
+
+    def _method(name):
+        def method(self, *args, **kwargs):
+            out = getattr(np.ndarray, name)(self.view(np.ndarray), *_plain(args), **_plain(kwargs))
+            return self._made(out, lambda r: getattr(r(self), name)(*r(args), **r(kwargs)))
+        method.__name__ = name
+        return method
 
     def _reads(what):
         def method(self, *args, **kwargs):
@@ -187,6 +211,10 @@ class TracedArray(np.ndarray):
             return getattr(np.ndarray, method.__name__)(self, *args, **kwargs)
         return method
 
+    for _name in ("astype", "copy", "reshape", "transpose", "ravel", "flatten", "squeeze", "swapaxes", "clip",
+                  "round", "repeat", "take", "sum", "mean", "max", "min", "std", "var", "prod", "argmax", "argmin",
+                  "cumsum", "dot", "any", "all"):
+        locals()[_name] = _method(_name)
     for _name in ("item", "tolist", "tobytes", "__float__", "__int__", "__bool__", "__index__", "__repr__",
                   "__str__", "__format__"):
         locals()[_name] = _reads("a value read")
@@ -194,35 +222,85 @@ class TracedArray(np.ndarray):
     for _name in ("fill", "sort", "put", "partition", "resize", "itemset", "setfield", "byteswap"):
         locals()[_name] = _reads("a write")
         locals()[_name].__name__ = _name
-    del _name, _reads
+    del _name, _reads, _method
 
 
-_VIEW_FUNCTIONS = {np.reshape, np.transpose, np.ravel, np.squeeze, np.expand_dims, np.swapaxes, np.moveaxis,
-                   np.shape, np.ndim, np.size, np.atleast_1d, np.atleast_2d, np.broadcast_to}
+def _plain(value):
+    """`value` with each TracedArray as a plain ndarray (what numpy computes with)."""
+    if isinstance(value, TracedArray):
+        return value.view(np.ndarray)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _recipe(make, values):
+    """Run `make` with a resolver that recomputes each traced array from `values`."""
+    def resolve(value):
+        if isinstance(value, TracedArray):
+            recipe = value._needle[2] if value._needle is not None else None
+            if recipe is None:
+                raise _Untraceable()
+            return recipe(values)
+        if isinstance(value, (list, tuple)):
+            return type(value)(resolve(v) for v in value)
+        if isinstance(value, dict):
+            return {k: resolve(v) for k, v in value.items()}
+        return value
+    return make(resolve)
+
+
+class _Untraceable(Exception):
+    """A traced array whose making needle did not see (see `recipe_of`)."""
+
+
+def _view_in(array, parent):
+    """(byte offset, shape, strides) of `array` inside `parent`'s memory, or None."""
+    if not np.may_share_memory(array, parent) or array.dtype != parent.dtype:
+        return None
+    offset = array.__array_interface__["data"][0] - parent.__array_interface__["data"][0]
+    if offset == 0 and array.shape == parent.shape and array.strides == parent.strides:
+        return 0, None, None
+    return (offset, array.shape, array.strides) if parent.flags.c_contiguous else None
+
+
+def _viewed(recipe, view, values):
+    parent = recipe(values)
+    offset, shape, strides = view
+    if shape is None:
+        return parent
+    return np.ndarray(shape, dtype=parent.dtype, buffer=np.ascontiguousarray(parent), offset=offset, strides=strides)
 
 
 def traced(array: np.ndarray, tracer: Tracer, number: int) -> TracedArray:
     out = array.view(TracedArray)
-    out._needle = (tracer, number, None)
+    out._needle = (tracer, number, lambda values: values[number])
     return out
 
 
-def view_of(array, root: np.ndarray):
-    """(byte offset, shape, strides) of `array` inside `root` (a numpy argument), or None
-    when it is no plain view of it (another dtype, memory outside it)."""
-    array = np.asarray(array)
-    if array.dtype != root.dtype or not np.may_share_memory(array, root):
+def recipe_of(array, values: dict):
+    """How to compute `array` (what Tensor() was given) from a call's numpy arguments: a
+    function of `values`, or None when it is no numpy argument (nor computed from one);
+    raises ValueError when it is but needle did not see how (a computation numpy made in
+    C, say), or the recipe does not give it back bit for bit."""
+    tag = getattr(array, "_needle", None)
+    if tag is None:
+        for number, root in values.items():  # (np.asarray(argument): a plain view of it)
+            if isinstance(array, np.ndarray) and np.may_share_memory(array, root):
+                view = _view_in(array, root)
+                if view is None:
+                    raise ValueError(f"numpy argument {number} seen through a view needle cannot repeat")
+                return functools.partial(_viewed, lambda v, n=number: v[n], view)
         return None
-    offset = array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-    if offset == 0 and array.shape == root.shape and array.strides == root.strides:
-        return 0, None, None
-    if not root.flags.c_contiguous:
-        return None
-    return offset, array.shape, array.strides
-
-
-def apply_view(root: np.ndarray, view) -> np.ndarray:
-    offset, shape, strides = view
-    if shape is None:
-        return root
-    return np.ndarray(shape, dtype=root.dtype, buffer=root, offset=offset, strides=strides)
+    recipe = tag[2]
+    try:
+        again = recipe(values) if recipe is not None else None
+    except _Untraceable:
+        again = None
+    plain = np.asarray(array)
+    if again is None or again.shape != plain.shape or again.dtype != plain.dtype or \
+            again.tobytes() != plain.tobytes():
+        raise ValueError(f"numpy argument {tag[1]} went through a computation needle cannot repeat")
+    return recipe

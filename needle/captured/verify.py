@@ -8,13 +8,13 @@ and the call; otherwise the plain call's outcome stands (it is the same).
 """
 from __future__ import annotations
 
+import collections
 import random
 
 import numpy as np
 
 from ..autograd import Tensor
-from ..errors import JitError
-from .step import STALE
+from .step import FAILS, STALE
 from .world import MISSING, SIMPLE, path_of
 
 
@@ -26,26 +26,34 @@ class Snapshot:
         self.boxes = [(box, box.copy()) for box, _, _ in world.boxes]
         self.cells = [(cell, _contents(cell)) for cell in world.cells]
         self.globals = [(ns, {n: ns.get(n, MISSING) for n in names}) for ns, names, _, _ in world.globals]
-        tensors = list(world.holders) + list(call.inputs)
-        self.tensors = [(t, t._cached_data, t.grad, t.requires_grad) for t in tensors]
+        self.tensors = [(t, t._cached_data, t.grad, t.requires_grad) for t in _tensors_now(world, call)]
         self.rng, self.py_rng = np.random.get_state(), random.getstate()
 
     def restore(self) -> None:
-        for box, copy in self.boxes:
-            if isinstance(box, list):
-                box[:] = copy
+        for box, copy in self.boxes:  # (only what changed: an Enum's members cannot be set again)
+            try:
+                if box == copy:
+                    continue
+            except Exception:  # (a member whose == raises: restore it)
+                pass
+            if isinstance(box, (list, collections.deque)):
+                box.clear()
+                box.extend(copy)
             else:
                 box.clear()
                 box.update(copy)
         for cell, value in self.cells:
-            if value is MISSING:
-                del cell.cell_contents
-            else:
-                cell.cell_contents = value
+            if _contents(cell) is not value:
+                if value is MISSING:
+                    del cell.cell_contents
+                else:
+                    cell.cell_contents = value
         for ns, values in self.globals:
             for name, value in values.items():
+                if ns.get(name, MISSING) is value:
+                    continue
                 if value is MISSING:
-                    ns.pop(name, None)
+                    del ns[name]
                 else:
                     ns[name] = value
         for t, data, grad, flag in self.tensors:
@@ -56,7 +64,6 @@ class Snapshot:
     def observe(self, result) -> dict:
         """name -> value (Tensors as their bits) of everything a call may have changed."""
         seen = {}
-        names = {id(slot.initial): slot.path for slot in self.world.slots}
         for box, _, path in self.world.boxes:
             items = box.items() if isinstance(box, dict) else enumerate(box) if isinstance(box, list) else \
                 [("members", frozenset(box))]
@@ -67,15 +74,39 @@ class Snapshot:
         for ns, names_, _, path in self.world.globals:
             for name in names_:
                 seen[path_of(path, name)] = _value(ns.get(name, MISSING))
-        for t, _, _, _ in self.tensors:
-            name = names.get(id(t)) or next((f"argument {i}" for i, x in enumerate(self.call.inputs) if x is t),
-                                            "a state tensor")
-            seen[name + " (data)"] = _value(t)
-            seen[name + ".grad"] = _value(t.grad)
+        for i, x in enumerate(self.call.inputs):
+            seen[f"Tensor argument {i}"] = _value(x)
         seen["the return value"] = _value(result)
         seen["numpy's RNG state"] = _value(np.random.get_state())
         seen["Python's random state"] = _value(random.getstate())
         return seen
+
+
+def _tensors_now(world, call) -> list:
+    """Every Tensor the world's containers hold now (in tuples too), their gradients,
+    the capture's state Tensors and the Tensor arguments: what a call may change."""
+    found, seen = [], set()
+
+    def add(value):
+        if isinstance(value, Tensor):
+            if id(value) not in seen:
+                seen.add(id(value))
+                found.append(value)
+                add(value.grad)
+        elif type(value) is tuple:
+            for v in value:
+                add(v)
+    for box, _, _ in world.boxes:
+        for v in (box.values() if isinstance(box, dict) else box if isinstance(box, list) else ()):
+            add(v)
+    for cell in world.cells:
+        add(_contents(cell))
+    for ns, names, _, _ in world.globals:
+        for name in names:
+            add(ns.get(name))
+    for t in list(world.holders) + list(call.inputs):
+        add(t)
+    return found
 
 
 def _contents(cell):
@@ -86,11 +117,13 @@ def _contents(cell):
 
 
 def _value(value):
-    """A comparable stand-in: a Tensor's shape, dtype and bits; containers item by item;
-    other objects by type (a replay reuses what a plain call makes anew)."""
-    if isinstance(value, Tensor):
+    """A comparable stand-in: a Tensor's shape, dtype and bits (and a leaf's gradient: a
+    replay builds no graph, so results carry none); containers item by item; other
+    objects by type (a replay reuses what a plain call makes anew)."""
+    if isinstance(value, Tensor):  # (a leaf's gradient: what backward() left on it)
         data = value.numpy()
-        return ("tensor", data.shape, data.dtype.str, data.tobytes(), value.requires_grad)
+        return ("tensor", data.shape, data.dtype.str, data.tobytes(), value.requires_grad,
+                _value(value.grad) if value.op is None else "a result")
     if isinstance(value, np.ndarray):
         return ("array", value.shape, value.dtype.str, value.tobytes())
     if isinstance(value, (list, tuple)):
@@ -105,22 +138,20 @@ def _value(value):
 
 
 def check(jit, step, call, args, kwargs):
-    """Replay `step` for `call`, then run the function plainly from the same state, and
-    raise JitError where they differ; returns the plain call's result (or STALE)."""
+    """Replay `step` for `call`, then run the function plainly from the same state:
+    (the plain call's result, the first difference or None), or STALE (nothing ran)."""
     before = Snapshot(step.world, call)
     replayed = step.replay(call)
-    if replayed is STALE:
-        return STALE  # (nothing ran)
+    if replayed is STALE or replayed is FAILS:
+        return replayed
     got = before.observe(replayed)
     before.restore()
     result = jit.fn(*args, **kwargs)
     want = before.observe(result)
     for name, value in want.items():
         if got.get(name, "absent") != value:
-            raise JitError(f"needle.jit({jit.name}): verify: replay {jit.replays + 1} (call {jit.calls}) differs from "
-                           f"a plain call in {name}; please report this with your step (NEEDLE_JIT=0 runs plainly)")
+            return result, f"{name}"
     for name in got:
         if name not in want:
-            raise JitError(f"needle.jit({jit.name}): verify: replay {jit.replays + 1} (call {jit.calls}) set {name}, "
-                           "which a plain call does not")
-    return result
+            return result, f"{name} (which a plain call does not set)"
+    return result, None

@@ -20,8 +20,12 @@ Attributes read at each replay (an optimizer's lr) or advanced by replay callbac
 """
 from __future__ import annotations
 
+import collections
 import functools
+import os
 import random
+import sys
+import sysconfig
 import types
 from operator import attrgetter
 
@@ -40,6 +44,62 @@ ARRAY_GUARD_SIZE = 1 << 16
 LIMIT = 100_000
 
 _grad, _flag = attrgetter("grad"), attrgetter("requires_grad")
+_NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for p in (
+    sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))} | {_NEEDLE_DIR}))
+
+
+@functools.lru_cache(maxsize=4096)
+def is_user_code(filename: str) -> bool:
+    """Code the user wrote: not needle's, the standard library's or an installed package's."""
+    if filename.startswith("<frozen") or filename.startswith("<built"):
+        return False
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    return not path.startswith(_LIBRARY_DIRS)
+
+
+def _user_namespace(value) -> bool:
+    """A class or module the user wrote (its attributes can be read by the step): from a
+    file of the user's, or made at run time (a module without a spec, a class whose
+    module is none of sys.modules)."""
+    module = value if isinstance(value, types.ModuleType) else sys.modules.get(getattr(value, "__module__", None))
+    if module is None:
+        return True
+    filename = getattr(module, "__file__", None)
+    if filename is None:
+        return getattr(module, "__spec__", None) is None and module.__name__ not in sys.builtin_module_names
+    return is_user_code(filename)
+
+
+class Attrs:
+    """An object's attributes as a namespace a guard reads and an effect writes: a class's
+    or a module's (their own `__dict__`), or the `__slots__` of an object (getattr)."""
+
+    __slots__ = ("obj", "raw")
+
+    def __init__(self, obj, raw: bool = True):
+        self.obj, self.raw = obj, raw
+
+    def __getitem__(self, name):
+        try:
+            return self.obj.__dict__[name] if self.raw else getattr(self.obj, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name) -> bool:
+        return self.get(name, MISSING) is not MISSING
+
+    def __setitem__(self, name, value) -> None:
+        setattr(self.obj, name, value)
+
+    def __delitem__(self, name) -> None:
+        delattr(self.obj, name)
 
 
 class GradOf:
@@ -116,6 +176,8 @@ class World:
         self.rngs = []         # (numpy Generator or RandomState, state, path)
         self.exempt = set()    # (id(container), key): no guard, no effect
         self.advance = []      # (box entry, key) of exempt attributes replay callbacks change
+        self.namespaces = []   # the user's classes and modules met (see `namespace_attributes`)
+        self.pending = []      # Tensors found with pending data (see `settle`)
         self.initial = {}      # id(Tensor held) -> its _cached_data when found
         self.moved = False     # changed() let a slot hold another Tensor: aliases need a look
         self.too_big = False
@@ -128,7 +190,12 @@ class World:
         stack = [(value, path)]
         while stack:
             value, path = stack.pop()
-            if isinstance(value, SIMPLE) or isinstance(value, OPAQUE) or id(value) in self._seen:
+            if isinstance(value, SIMPLE) or id(value) in self._seen:
+                continue
+            if isinstance(value, OPAQUE):
+                if isinstance(value, (type, types.ModuleType)) and _user_namespace(value):
+                    self._seen.add(id(value))
+                    self.namespaces.append(value)  # (their attributes the step reads: see `namespace_attributes`)
                 continue
             if isinstance(value, Tensor):
                 self._hold(value)
@@ -137,7 +204,7 @@ class World:
                 self.too_big = True
                 return
             self._seen.add(id(value))
-            if isinstance(value, (dict, list)):
+            if isinstance(value, (dict, list, collections.deque)):
                 self.boxes.append([value, value.copy(), path])
                 items = value.items() if isinstance(value, dict) else enumerate(value)
                 for key, v in items:
@@ -159,8 +226,16 @@ class World:
                 stack.extend([(value.__self__, path), (value.__func__, path)])
             elif isinstance(value, types.FunctionType):
                 self.add_function(value, path, stack)
-            elif hasattr(value, "__dict__") and not getattr(type(value), "holds_no_state", False):
-                stack.append((value.__dict__, path))
+            elif getattr(type(value), "holds_no_state", False):
+                continue
+            else:
+                if hasattr(value, "__dict__"):
+                    stack.append((value.__dict__, path))
+                slots = [n for k in type(value).__mro__ for n in getattr(k, "__slots__", ()) if n != "__dict__"
+                         and n != "__weakref__"] if _user_namespace(type(value)) else ()
+                if slots:
+                    self.add_globals(Attrs(value, raw=False), slots, path)
+                stack.append((type(value), path + ".__class__"))
 
     def _item(self, container, key, value, path, stack) -> None:
         if isinstance(value, Tensor):
@@ -182,13 +257,31 @@ class World:
             self.grad_holders.append(tensor)
             self.grads.append(tensor.grad)
             self.flags.append(tensor.requires_grad)
-            data = tensor._cached_data
-            if getattr(data, "is_lazy", False) and data.realized is not None:
-                data = tensor._cached_data = data.realized  # (computed already: its buffer)
-            self.initial[id(tensor)] = data
-            if isinstance(tensor.grad, Tensor):
+            self._found(tensor)
+            if isinstance(tensor.grad, Tensor):  # (a slot of state, read where gradients are made outside)
                 self.slots.append(Slot(GradOf(tensor), "grad", None, "<.grad>", tensor.grad))
-                self._hold(tensor.grad)
+                self._found(tensor.grad)
+
+    def _found(self, tensor) -> None:
+        """Note a Tensor's data as it is when found; pending data waits in `pending` (see
+        `settle`)."""
+        data = tensor._cached_data
+        if getattr(data, "is_lazy", False) and data.realized is not None:
+            data = tensor._cached_data = data.realized  # (computed already: its buffer)
+        self.initial[id(tensor)] = data
+        if isinstance(data, tuple) or getattr(data, "is_lazy", False):
+            self.pending.append(tensor)
+
+    def settle(self, realize, made=()) -> None:
+        """Compute the state found pending (what earlier calls left to compute), so the
+        capture reads it as buffers instead of recording its graph; Tensors whose ids are
+        in `made` were made by the call being captured and stay as they are."""
+        waiting = [t for t in self.pending if id(t) not in made]
+        self.pending = [t for t in self.pending if id(t) in made]
+        if waiting:
+            realize(waiting)
+            for t in waiting:
+                self.initial[id(t)] = t._cached_data
 
     def add_function(self, fn, path: str, stack=None) -> None:
         """A function's closure cells (guards: the objects they hold) and defaults."""
@@ -217,10 +310,24 @@ class World:
             while stack:
                 self.add(*stack.pop())
 
-    def add_globals(self, namespace: dict, names, path: str = "") -> None:
-        """The globals `names` of a module namespace: bindings guarded by identity."""
-        names = tuple(n for n in names if n in namespace and not any(
-            g[0] is namespace and n in g[1] for g in self.globals))
+    def namespace_attributes(self, names) -> None:
+        """The attributes `names` (read by the step's code) of the user's classes and
+        modules met so far (class attributes read through `self`, `config.SCALE`)."""
+        for value in self.namespaces:
+            for klass in (value.__mro__ if isinstance(value, type) else (value,)):
+                if klass is object or not _user_namespace(klass):
+                    continue
+                found = [n for n in names if n in klass.__dict__ and not isinstance(
+                    klass.__dict__[n], (types.FunctionType, staticmethod, classmethod, property))]
+                if found:
+                    self.add_globals(Attrs(klass), found, getattr(klass, "__qualname__", getattr(klass, "__name__", "")))
+
+    def add_globals(self, namespace, names, path: str = "") -> None:
+        """The names `names` of a namespace (a module's globals, an Attrs): bindings guarded
+        by identity, their values walked."""
+        same = [g for g in self.globals if g[0] is namespace or (
+            isinstance(namespace, Attrs) and isinstance(g[0], Attrs) and g[0].obj is namespace.obj)]
+        names = tuple(n for n in names if n in namespace and not any(n in g[1] for g in same))
         if not names:
             return
         self.globals.append([namespace, names, tuple(namespace[n] for n in names), path])
@@ -243,7 +350,7 @@ class World:
             try:
                 if tuple(map(namespace.__getitem__, names)) != values:
                     return False
-            except KeyError:
+            except Exception:  # (a KeyError, or a member's == raising)
                 return False
         if list(map(_grad, self.grad_holders)) != self.grads or list(map(_flag, self.holders)) != self.flags:
             return False
@@ -264,38 +371,39 @@ class World:
             if not isinstance(box, dict) or len(box) != len(snapshot):
                 if not (isinstance(box, list) and len(box) == len(snapshot)
                         and all(same_layout(a, b) for a, b in zip(snapshot, box))):
-                    return (id(box), ALL), f"{path or 'a container'} (was {_short(snapshot)}, now {_short(box)})"
+                    return (id(box), ALL), f"{path or 'a container'} (was {short(snapshot)}, now {short(box)})"
             else:
                 for key, before in snapshot.items():
                     now = box.get(key, MISSING)
                     if (id(box), key) not in self.exempt and not same_layout(before, now):
-                        return (id(box), key), f"{path_of(path, key)} (was {_short(before)}, now {_short(now)})"
+                        return (id(box), key), f"{path_of(path, key)} (was {short(before)}, now {short(now)})"
             entry[1] = box.copy()
             self.moved = True
         now = _contents(self.cells) if self.cells else []
         for cell, before, value in zip(self.cells, self.cell_values, now):
             if not same_layout(before, value):
-                return (id(cell), 0), f"a closure variable (was {_short(before)}, now {_short(value)})"
+                return (id(cell), 0), f"a closure variable (was {short(before)}, now {short(value)})"
         self.cell_values = now
         for entry in self.globals:
             namespace, names, values, path = entry
             current = tuple(namespace.get(n, MISSING) for n in names)
             for name, before, value in zip(names, values, current):
                 if not same_layout(before, value):
-                    return (id(namespace), name), f"the global {path_of(path, name)} (was {_short(before)}, " \
-                                                  f"now {_short(value)})"
+                    return (id(namespace), name), f"the global {path_of(path, name)} (was {short(before)}, " \
+                                                  f"now {short(value)})"
             entry[2] = current
         for i, t in enumerate(self.holders):
             if t.requires_grad != self.flags[i]:
                 return (id(t), "requires_grad"), f"requires_grad of a {t.shape} tensor (was {self.flags[i]})"
         for i, t in enumerate(self.grad_holders):
             if (t.grad is None) != (self.grads[i] is None) or not same_layout(t.grad, self.grads[i]):
-                return (id(t), "grad"), f"the .grad of a {t.shape} tensor (was {_short(self.grads[i])}, " \
-                                        f"now {_short(t.grad)})"
+                return (id(t), "grad"), f"the .grad of a {t.shape} tensor (was {short(self.grads[i])}, " \
+                                        f"now {short(t.grad)})"
             self.grads[i] = t.grad
         for array, copy, path in self.arrays:
             if not np.array_equal(array, copy):
                 return (id(array), ALL), f"the numpy array {path} (its values)"
+        self.moved = True  # (what replays remembered of the last one is to be looked up again)
         return None
 
     # ---- effects --------------------------------------------------------------------------
@@ -480,7 +588,7 @@ def same_rng_state(a, b) -> bool:
     return _same_state(a, b)
 
 
-def _short(value) -> str:
+def short(value) -> str:
     if value is MISSING:
         return "nothing"
     if isinstance(value, Tensor):

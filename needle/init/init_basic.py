@@ -76,6 +76,7 @@ def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
 
 def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
     """Rows of the n x n identity selected by the integer labels `i`."""
+    i = autograd.host_argument(i, "one_hot")
     values = np.asarray(i.numpy() if hasattr(i, "numpy") else i)
     if values.size and np.any(values != np.floor(values)):
         bad = values[values != np.floor(values)].reshape(-1)[0]

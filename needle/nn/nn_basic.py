@@ -15,7 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .. import array_api, init, ops
-from ..autograd import Tensor
+from ..autograd import Tensor, host_argument
 from ..engine import capture
 from ..errors import ArgumentError, IndexingError, ShapeError, fmt_shape
 from .nn_module import Module, Parameter
@@ -184,6 +184,7 @@ class SoftmaxLoss(Module):
         if y_shape != (n,):
             raise ShapeError(f"{name}: labels have shape {fmt_shape(y_shape)} but the logits "
                              f"{fmt_shape(logits.shape)} need ({n},)")
+        y = host_argument(y, name)  # (numpy labels of a captured step: an input of every replay)
         labels = _checked_labels(name, y, k)
         if isinstance(y, Tensor):  # index with the tensor itself, so a captured step (needle.jit)
             labels = y             # reads each call's labels; kernels clamp what was not checked
@@ -259,8 +260,8 @@ class BatchNorm1d(Module):
         if self.training:
             standardize = ops.Standardize(0, self.eps)
             normed = standardize(x)
-            self.running_mean = self._running(self.running_mean, standardize.mean)
-            self.running_var = self._running(self.running_var, standardize.var)
+            self.running_mean.data = self._running(self.running_mean, standardize.mean)  # (in place, as torch)
+            self.running_var.data = self._running(self.running_var, standardize.var)
         else:
             centered = ops.subtract(x, as_row(self.running_mean, x))
             normed = centered / as_row((self.running_var + self.eps) ** 0.5, x)
@@ -269,8 +270,7 @@ class BatchNorm1d(Module):
     def _running(self, running: Tensor, observed) -> Tensor:
         """(1 - momentum) * running + momentum * observed (an array of the batch's
         statistics), on the data: the statistics need no gradient, so no autograd ops.
-        Assigned to a module attribute, the result is computed with the next schedule
-        (Module.__setattr__)."""
+        Given to the buffer as its new `.data`, it is computed with the next schedule."""
         m = self.momentum
         observed = array_api.reshape(observed, running.shape)
         return Tensor.make_const(running._compute_input() * (1 - m) + observed * m)

@@ -16,7 +16,7 @@ import numbers
 import numpy as np
 
 from .. import array_api as A
-from ..autograd import Tensor, TensorOp
+from ..autograd import Tensor, TensorOp, host_argument
 from ..backend_ndarray import numpy_kernels as NK
 from ..dtypes import np_dtype
 from ..engine import capture
@@ -84,6 +84,7 @@ def _index_tensor(i, device, op: str, size=None) -> Tensor:
     step captured by needle.jit reads each call's indices); its values are checked when
     they are already computed, and clamped by the kernels otherwise.  Host data (lists,
     numpy) is checked against `size` and made non-negative."""
+    i = host_argument(i, op)
     if isinstance(i, Tensor):
         known = _computed_values(i)
         if known is not None:
@@ -264,6 +265,7 @@ def is_mask(i) -> bool:
 
 
 def _host_mask(i) -> np.ndarray:
+    i = host_argument(i, "a boolean mask")
     return np.asarray(i.numpy() if hasattr(i, "numpy") else i) != 0
 
 
@@ -364,6 +366,7 @@ def _host_index(idxs):
         elif is_mask(i):
             out.append(_host_mask(i))
         else:
+            i = host_argument(i, "setitem")
             arr = np.asarray(i.numpy() if hasattr(i, "numpy") else i)
             if arr.size == 0:
                 arr = arr.astype(np.int64)

@@ -288,6 +288,16 @@ def _state(array) -> Tensor:
     return Tensor.make_const(array)
 
 
+def _keep(store: dict, index: int, array) -> None:
+    """Optimizer state kept as torch keeps it: a Tensor made once, then given each step's
+    new data in place (so a captured step writes into the same Tensors)."""
+    held = store.get(index)
+    if held is None:
+        store[index] = _state(array)
+    else:
+        held._cached_data = array
+
+
 def _with_weight_decay(grad, param, opt: "Optimizer"):
     """L2 regularization folded into the gradient: grad + wd * p (course and PyTorch)."""
     if opt.weight_decay:
@@ -321,7 +331,7 @@ class SGD(Optimizer):
             u = grad * self._live(lambda: 1 - self.momentum)
             if index in self.u:
                 u = _data(self.u[index]) * self._live(lambda: self.momentum) + u
-            self.u[index] = _state(u)
+            _keep(self.u, index, u)
         else:
             u = grad
         return param - u * self._live(lambda: self.lr)
@@ -368,7 +378,8 @@ class Adam(Optimizer):
         if index in self.m:
             m = _data(self.m[index]) * self._live(lambda: self.beta1) + m
             v = _data(self.v[index]) * self._live(lambda: self.beta2) + v
-        self.m[index], self.v[index] = _state(m), _state(v)
+        _keep(self.m, index, m)
+        _keep(self.v, index, v)
         m_hat = m / self._live(lambda: 1 - self.beta1 ** self.t)
         v_hat = v / self._live(lambda: 1 - self.beta2 ** self.t)
         return param - (m_hat / (v_hat ** 0.5 + self._live(lambda: self.eps))) * self._live(lambda: self.lr)
@@ -406,12 +417,12 @@ class RMSprop(Optimizer):
         square_avg = (grad ** 2) * self._live(lambda: 1 - self.alpha)
         if index in self.square_avg:
             square_avg = _data(self.square_avg[index]) * self._live(lambda: self.alpha) + square_avg
-        self.square_avg[index] = _state(square_avg)
+        _keep(self.square_avg, index, square_avg)
         if self.centered:
             grad_avg = grad * self._live(lambda: 1 - self.alpha)
             if index in self.grad_avg:
                 grad_avg = _data(self.grad_avg[index]) * self._live(lambda: self.alpha) + grad_avg
-            self.grad_avg[index] = _state(grad_avg)
+            _keep(self.grad_avg, index, grad_avg)
             avg = (square_avg - grad_avg ** 2) ** 0.5 + self._live(lambda: self.eps)
         else:
             avg = square_avg ** 0.5 + self._live(lambda: self.eps)
@@ -419,7 +430,7 @@ class RMSprop(Optimizer):
         if self.momentum:
             if index in self.buf:
                 step = _data(self.buf[index]) * self._live(lambda: self.momentum) + step
-            self.buf[index] = _state(step)
+            _keep(self.buf, index, step)
         return param - step * self._live(lambda: self.lr)
 
     def state_tensors(self) -> List[Tensor]:
