@@ -102,9 +102,9 @@ class Builder:
         for s, run in enumerate(recorder.runs):
             leaves = [self.binding(leaf, draws) for leaf in run.leaves]
             if hasattr(run, "entry"):
-                runs.append(Run(run.entry, run.device, leaves, scalars_of(run)))
+                runs.append(Run(run.entry, run.device, leaves, scalars_of(run), len(run.outputs)))
             else:
-                runs.append(Run(None, run.device, leaves, [], fn=run.fn))
+                runs.append(Run(None, run.device, leaves, [], len(run.outputs), fn=run.fn))
             for j, array in enumerate(run.outputs):
                 self.outputs.setdefault(id(array._handle), (s, j, array))
         self.draws = draws

@@ -64,12 +64,15 @@ class Source:
 
 
 class Run:
-    """One schedule of a CapturedStep: the compiled entry and how to bind it."""
+    """One schedule of a CapturedStep (or a host call, `fn`): the compiled entry and how
+    to bind it: `index` (each leaf's place in the replay's pool), `views` (leaves that
+    are views: (position, view)), `n_out` (outputs it adds to the pool)."""
 
-    __slots__ = ("entry", "device", "leaves", "scalars", "fixed", "fn")
+    __slots__ = ("entry", "device", "leaves", "scalars", "fixed", "fn", "n_out", "index", "views")
 
-    def __init__(self, entry, device, leaves, scalars, fn=None):
+    def __init__(self, entry, device, leaves, scalars, n_out, fn=None):
         self.entry, self.device, self.leaves, self.scalars, self.fn = entry, device, leaves, scalars, fn
+        self.n_out = n_out
         #: the scalars as one tuple when none is read at each call (the runtime gathers
         #: their values once, cpu.py `prepare`)
         self.fixed = None if any(callable(x) for x in scalars) else tuple(scalars)
@@ -112,12 +115,25 @@ class CapturedStep:
         self.draws = draws          # [(fn, args, kwargs)]
         self.guards = guards        # [(read, value)]
         self.checks = checks        # [(source number, fn(numpy values))]
-        #: (source, binding): state Tensors given new data (parameters, optimizer moments) ...
-        self.data_writes = [(where[1], template[1]) for kind, where, template, _, _ in writes
-                            if kind == "data" and where[0] == "source"]
+        self.consts, self._place = _pool(sources, runs, actions, writes, result)
+        placed = {}  # (one placed template per template: an object stored and returned stays one)
+        writes = [(kind, where, self._placed(template, placed), refresh, feeds)
+                  for kind, where, template, refresh, feeds in writes]
+        result = self._placed(result, placed)
+        shared = _templates_in(result)
+        #: (Tensor, place, requires_grad, had a graph, refresh): gradients of state Tensors given
+        #: new Tensors (what backward() does), written without the general path ...
+        self.grad_writes = [(where[0].tensor, t[1][0], t[2], t[3], refresh) for kind, where, t, refresh, feeds
+                            in writes if kind == "slot" and isinstance(where[0], GradOf) and t[0] == "tensor"
+                            and t[1][1] is None and not feeds and id(t) not in shared]
+        writes = [w for w in writes if not (w[0] == "slot" and isinstance(w[1][0], GradOf) and w[2][0] == "tensor"
+                                            and w[2][1][1] is None and not w[4] and id(w[2]) not in shared)]
+        #: (source, place): state Tensors given new data (parameters, optimizer moments) ...
+        self.data_writes = [(where[1], template[1][0]) for kind, where, template, _, _ in writes
+                            if kind == "data" and where[0] == "source" and template[1][1] is None]
         #: ... and every other write: [(kind, where, template, refresh, feeds)], see `_write`;
         #: feeds: (source, position in a tuple or None) whose Tensor the write replaces
-        self.writes = [w for w in writes if not (w[0] == "data" and w[1][0] == "source")]
+        self.writes = [w for w in writes if not (w[0] == "data" and w[1][0] == "source" and w[2][1][1] is None)]
         self.state = [k for k, s in enumerate(sources) if s.kind in ("slot", "object")]
         self.fresh = [(k, s) for k, s in enumerate(sources) if s.kind in ("input", "array")]
         #: (arrays, state Tensors, their arrays, every source's Tensor) as the last replay left
@@ -200,35 +216,32 @@ class CapturedStep:
         if resolved is STALE or resolved is FAILS:
             return resolved
         arrays, tensors = resolved
-        outs, draws = [], []
+        pool = arrays + self.consts  # (then each draw and each schedule's outputs, in order)
         actions, done = self.actions, 0
         for s, run in enumerate(self.runs):
             while done < len(actions) and actions[done][2] <= s:
-                self._act(actions[done], draws)
+                self._act(actions[done], pool)
                 done += 1
-            leaves = []
-            for kind, a, b, view in run.leaves:
-                if kind == SRC:
-                    base = arrays[a]
-                elif kind == OUT:
-                    base = outs[a][b]
-                elif kind == DRAW:
-                    base = draws[a]
-                else:
-                    leaves.append(a)
-                    continue
-                leaves.append(base if view is None else base._view(*view))
+            leaves = [pool[i] for i in run.index]
+            for pos, view in run.views:
+                leaves[pos] = leaves[pos]._view(*view)
             if run.fn is not None:
-                outs.append(_host_run(run, leaves))
+                pool.extend(_host_run(run, leaves))
             else:
-                outs.append(run.entry.run(leaves, run.scalars_now(), run.device))
+                pool.extend(run.entry.run(leaves, run.scalars_now(), run.device))
         while done < len(actions):  # (a scheduler's step after the optimizer's)
-            self._act(actions[done], draws)
+            self._act(actions[done], pool)
             done += 1
-        bound = (arrays, outs, draws, tensors, call, {})
+        bound = (pool, tensors, call, {})
         next_arrays = list(arrays)
-        for k, binding in self.data_writes:  # (state Tensors given new data: parameters, moments)
-            next_arrays[k] = tensors[k]._cached_data = self.array(binding, bound)
+        for k, i in self.data_writes:  # (state Tensors given new data: parameters, moments)
+            next_arrays[k] = tensors[k]._cached_data = pool[i]
+        for t, i, requires_grad, graph, refresh in self.grad_writes:
+            g = _new(Tensor)
+            g._init(REPLAYED if graph else None, _NO_INPUTS, 1, pool[i], requires_grad)
+            t.grad = g
+            if refresh is not None:
+                refresh(g)
         next_tensors = list(tensors)
         for kind, where, template, refresh, feeds in self.writes:
             value = self._write(kind, where, template, refresh, bound)
@@ -242,10 +255,10 @@ class CapturedStep:
         self.replays += 1
         return self.make(self.result, bound)
 
-    def _act(self, action, draws) -> None:
+    def _act(self, action, pool) -> None:
         if action[0] == "draw":
             fn, args, kwargs = self.draws[action[1]]
-            draws.append(realized_array(fn(*args, **kwargs)))
+            pool.append(realized_array(fn(*args, **kwargs)))
         else:
             action[1]()
 
@@ -258,7 +271,7 @@ class CapturedStep:
         container, key = where
         value = self.make(template, bound)
         if kind == "input grad":
-            bound[4].inputs[container].grad = value
+            bound[2].inputs[container].grad = value
         elif key is ALL:  # (a list, deque or set that changed length: its new members)
             container.clear()
             container.update(value) if isinstance(container, (set, dict)) else container.extend(value)
@@ -277,15 +290,15 @@ class CapturedStep:
     def _tensor_at(where, bound):
         kind, what = where
         if kind == "input":
-            return bound[4].inputs[what]
+            return bound[2].inputs[what]
         if kind == "source":
-            return bound[3][what]
+            return bound[1][what]
         return what.get() if isinstance(what, Slot) else what
 
     def make(self, template, bound):
         """The value a template stands for in this replay: one object per template in a
         replay (an object the call returned twice, or stored and returned, is one)."""
-        memo = bound[5]
+        memo = bound[3]
         value = memo.get(id(template), MISSING)
         if value is MISSING:
             value = memo[id(template)] = self._make(template, bound)
@@ -302,27 +315,37 @@ class CapturedStep:
         if kind == "const":
             return template[1]
         if kind == "numpy":  # (computed from this call's numpy arguments)
-            return template[1](bound[4].values)
+            return template[1](bound[2].values)
         if kind == "arg":
-            return bound[4].flat[template[1]]
+            return bound[2].flat[template[1]]
         if kind == "was":  # the Tensor a source slot held when the call began
-            return bound[3][template[1]]
+            return bound[1][template[1]]
         if kind == "dict":
             return {k: self.make(t, bound) for k, t in template[1]}
         return template[1]([self.make(t, bound) for t in template[2]])  # ("seq", type, items)
 
     @staticmethod
-    def array(binding, bound):
-        kind, a, b, view = binding
-        if kind == SRC:
-            base = bound[0][a]
-        elif kind == OUT:
-            base = bound[1][a][b]
-        elif kind == DRAW:
-            base = bound[2][a]
-        else:
-            return a
+    def array(place, bound):
+        i, view = place
+        base = bound[0][i]
         return base if view is None else base._view(*view)
+
+    def _placed(self, template, memo=None):
+        """`template` with its bindings as places in the pool (one object per template)."""
+        memo = {} if memo is None else memo
+        if id(template) in memo:
+            return memo[id(template)]
+        kind = template[0]
+        if kind in ("tensor", "array"):
+            out = (kind, self._place(template[1])) + template[2:]
+        elif kind == "dict":
+            out = (kind, [(k, self._placed(t, memo)) for k, t in template[1]])
+        elif kind == "seq":
+            out = (kind, template[1], [self._placed(t, memo) for t in template[2]])
+        else:
+            out = template
+        memo[id(template)] = out
+        return out
 
     def explain(self) -> str:
         kinds = {SRC: "input or state", OUT: "earlier output", DRAW: "random draw", CONST: "constant"}
@@ -359,6 +382,60 @@ def _at(value, pos):
     for i in pos:
         value = value[i]
     return value
+
+
+def _pool(sources, runs, actions, writes, result):
+    """(the constants, place(binding) -> (pool index, view)): a replay's pool holds the
+    sources' arrays, the constants, then each random draw and each schedule's outputs in
+    the order the replay makes them."""
+    consts, const_at = [], {}
+
+    def note(binding):
+        if binding[0] == CONST and id(binding[1]) not in const_at:
+            const_at[id(binding[1])] = len(sources) + len(consts)
+            consts.append(binding[1])
+
+    def walk(template):
+        if template[0] in ("tensor", "array"):
+            note(template[1])
+        for part in (template[1] if template[0] == "dict" else template[2] if template[0] == "seq" else ()):
+            walk(part[1] if template[0] == "dict" else part)
+    for run in runs:
+        for leaf in run.leaves:
+            note(leaf)
+    for w in writes:
+        walk(w[2])
+    walk(result)
+    at, end, done = {}, len(sources) + len(consts), 0
+    for s, run in enumerate(runs + [None]):
+        while done < len(actions) and (run is None or actions[done][2] <= s):
+            if actions[done][0] == "draw":
+                at[(DRAW, actions[done][1], None)] = end
+                end += 1
+            done += 1
+        if run is not None:
+            for j in range(run.n_out):
+                at[(OUT, s, j)] = end + j
+            end += run.n_out
+
+    def place(binding):
+        kind, a, b, view = binding
+        i = a if kind == SRC else const_at[id(a)] if kind == CONST else at[(kind, a, b)]
+        return i, view
+    for run in runs:
+        placed = [place(leaf) for leaf in run.leaves]
+        run.index = [i for i, _ in placed]
+        run.views = [(pos, view) for pos, (_, view) in enumerate(placed) if view is not None]
+    return consts, place
+
+
+def _templates_in(template) -> set:
+    """The ids of a template and of every template inside it."""
+    found = {id(template)}
+    if template[0] in ("dict", "seq"):
+        for part in (template[1] if template[0] == "dict" else template[2]):
+            found |= _templates_in(part[1] if template[0] == "dict" else part)
+    return found
 
 
 def _count(items) -> dict:
