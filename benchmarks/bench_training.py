@@ -47,7 +47,7 @@ def needle_case(model_name: str, use_jit: bool):
         def add(a, b):
             return a + b
         fn = ndl.jit(add) if use_jit else add
-        return (lambda a, b: fn(a, b).realize()), (a, b)
+        return (lambda a, b: fn(a, b).realize()), (a, b), fn
 
     if model_name == "lstm":
         from examples.models import LanguageModel
@@ -72,7 +72,7 @@ def needle_case(model_name: str, use_jit: bool):
         def step(x, y):
             loss, state["h"] = fn(x, y, state["h"])
             return float(loss.numpy())
-        return step, (x, y)
+        return step, (x, y), fn
 
     if model_name == "mlp":
         model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
@@ -102,7 +102,7 @@ def needle_case(model_name: str, use_jit: bool):
         return loss
 
     fn = ndl.jit(body) if use_jit else body
-    return (lambda x, y: float(fn(x, y).numpy())), (x, y)
+    return (lambda x, y: float(fn(x, y).numpy())), (x, y), fn
 
 
 # ---- torch ----------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ def worker(model_name: str, mode: str, steps: int, warm: int, budget: float, thr
         torch.set_num_threads(threads)
         step, inputs = torch_case(model_name)
     else:
-        step, inputs = needle_case(model_name, use_jit=(mode == "lazy+jit"))
+        step, inputs, fn = needle_case(model_name, use_jit=(mode == "lazy+jit"))
     times, rss_at_warm, start = [], None, time.perf_counter()
     for i in range(steps):
         t0 = time.perf_counter()
@@ -223,7 +223,23 @@ def worker(model_name: str, mode: str, steps: int, warm: int, budget: float, thr
     steady = times[min(warm, done // 2):]
     return {"median_ms": statistics.median(steady) * 1e3, "mean_ms": statistics.fmean(steady) * 1e3,
             "first_ms": times[0] * 1e3, "steps": done,
-            "rss_mb_per_step": growth, "loss": loss}
+            "rss_mb_per_step": growth, "loss": loss,
+            "guard_us": guard_cost(fn) if mode == "lazy+jit" else None}
+
+
+def guard_cost(fn) -> float:
+    """Microseconds a replay of the step spends deciding that its capture still holds
+    (`CapturedStep.why_not`: the world's guards; needle.jit's contract)."""
+    steps = [s for captures in getattr(fn, "captures", {}).values() for s in captures]
+    if not steps:
+        return float("nan")
+    step, best = steps[-1], float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(200):
+            step.why_not()
+        best = min(best, (time.perf_counter() - t0) / 200 * 1e6)
+    return best
 
 
 def _time(ms: float) -> str:
@@ -290,7 +306,8 @@ def main() -> None:
                 continue
             results[(model, mode)] = json.loads(proc.stdout.strip().splitlines()[-1])
             print(f"  {model:<10} {mode:<14} {_time(results[(model, mode)]['median_ms'])}", file=sys.stderr)
-    header = f"{'model':<10} {'mode':<14} {'median step':>12} {'mean step':>10} {'vs numpy be':>12} {'vs torch':>9} {'RSS MB/step':>12} {'steps':>6}"
+    header = (f"{'model':<10} {'mode':<14} {'median step':>12} {'mean step':>10} {'vs numpy be':>12} {'vs torch':>9} "
+              f"{'RSS MB/step':>12} {'steps':>6} {'guard us':>9}")
     print(header)
     print("-" * len(header))
     for model in args.models.split(","):
@@ -303,8 +320,9 @@ def main() -> None:
                 continue
             vs_np = f"{r['median_ms'] / ref_np:11.2f}x" if ref_np else f"{'-':>12}"
             vs_t = f"{r['median_ms'] / ref_torch:8.2f}x" if ref_torch else f"{'-':>9}"
+            guard = f"{r['guard_us']:9.1f}" if r.get("guard_us") is not None else f"{'-':>9}"
             print(f"{model:<10} {mode:<14} {_time(r['median_ms']):>12} {_time(r['mean_ms']):>10} {vs_np} {vs_t} {r['rss_mb_per_step']:12.3f} "
-                  f"{r['steps']:6d}")
+                  f"{r['steps']:6d} {guard}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({f"{m}|{mode}": r for (m, mode), r in results.items()}, f, indent=1)

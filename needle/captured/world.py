@@ -27,7 +27,7 @@ import random
 import sys
 import sysconfig
 import types
-from operator import attrgetter
+from operator import attrgetter, eq
 
 import numpy as np
 
@@ -165,7 +165,8 @@ class World:
     """Snapshots of the containers reachable from some roots (see the module docstring)."""
 
     def __init__(self):
-        self.boxes = []        # [container, snapshot, path]: dicts, lists, sets (compared with ==)
+        self.boxes = []        # [container, snapshot, path]: dicts, lists, sets (compared with ==) ...
+        self._box_list, self._snapshot_list = [], []  # ... as two lists (holds() compares them in C)
         self.cells, self.cell_values = [], []        # closure cells and their contents then
         self.globals = []      # [globals dict, names, values then, path]
         self.slots = []        # Slot of every Tensor held
@@ -205,13 +206,13 @@ class World:
                 return
             self._seen.add(id(value))
             if isinstance(value, (dict, list, collections.deque)):
-                self.boxes.append([value, value.copy(), path])
+                self._box(value, value.copy(), path)
                 items = value.items() if isinstance(value, dict) else enumerate(value)
                 for key, v in items:
                     self._item(value, key, v, path_of(path, key), stack)
             elif isinstance(value, (set, frozenset)):
                 if isinstance(value, set):
-                    self.boxes.append([value, set(value), path])
+                    self._box(value, set(value), path)
             elif isinstance(value, tuple):
                 stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
             elif isinstance(value, np.ndarray):
@@ -236,6 +237,11 @@ class World:
                 if slots:
                     self.add_globals(Attrs(value, raw=False), slots, path)
                 stack.append((type(value), path + ".__class__"))
+
+    def _box(self, box, snapshot, path) -> None:
+        self.boxes.append([box, snapshot, path])
+        self._box_list.append(box)
+        self._snapshot_list.append(snapshot)
 
     def _item(self, container, key, value, path, stack) -> None:
         if isinstance(value, Tensor):
@@ -341,9 +347,11 @@ class World:
         """Whether every guard holds now; compared in C, Tensors by identity.  When this
         says no, `changed()` tells whether a difference matters (and refreshes the
         snapshots when none does)."""
-        for box, snapshot, _ in self.boxes:
-            if not _equal(box, snapshot):
+        try:  # (in C: each box against its snapshot, members by identity first)
+            if not all(map(eq, self._box_list, self._snapshot_list)):
                 return False
+        except Exception:  # (a member whose == raises: a numpy array replaced by another)
+            return False
         if self.cells and _contents(self.cells) != self.cell_values:
             return False
         for namespace, names, values, _ in self.globals:
@@ -377,7 +385,7 @@ class World:
                     now = box.get(key, MISSING)
                     if (id(box), key) not in self.exempt and not same_layout(before, now):
                         return (id(box), key), f"{path_of(path, key)} (was {short(before)}, now {short(now)})"
-            entry[1] = box.copy()
+            _refill(entry[1], box)
             self.moved = True
         now = _contents(self.cells) if self.cells else []
         for cell, before, value in zip(self.cells, self.cell_values, now):
@@ -544,6 +552,12 @@ def _contents(cells) -> list:
         except ValueError:
             out.append(MISSING)
     return out
+
+
+def _refill(snapshot, box) -> None:
+    """`snapshot` made equal to `box` in place (holds() keeps the snapshot object)."""
+    snapshot.clear()
+    snapshot.update(box) if isinstance(snapshot, (dict, set)) else snapshot.extend(box)
 
 
 def _equal(box, snapshot) -> bool:

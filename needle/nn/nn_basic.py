@@ -203,7 +203,7 @@ def _checked_labels(module: str, y: Any, classes: int) -> np.ndarray:
         y = y.realize_cached_data()  # already computed: a look, not a computation
         capture.check(y, lambda values: _checked_labels(module, values, classes))  # (at each replay too)
     values = np.asarray(y.numpy() if hasattr(y, "numpy") else y).reshape(-1)
-    if values.size and np.any(values != np.floor(values)):
+    if values.size and values.dtype.kind == "f" and np.modf(values)[0].any():
         bad = values[values != np.floor(values)][0]
         raise ArgumentError(f"{module}: labels must be whole numbers, got {bad}")
     labels = values.astype(np.int64)

@@ -113,10 +113,12 @@ def _computed_values(t: Tensor):
 
 
 def _check_range(op: str, values: np.ndarray, size, what: str = "") -> None:
-    if values.dtype.kind == "f" and values.size and np.any(values != np.floor(values)):
+    if not values.size:
+        return
+    if values.dtype.kind == "f" and np.modf(values)[0].any():
         bad = values[values != np.floor(values)].flat[0]
         raise IndexingError(f"{op}: index values must be whole numbers, got {bad}{what}")
-    if size is not None and values.size:
+    if size is not None and (values.min() < -size or values.max() >= size):  # (the common case: two passes)
         bad = (values < -size) | (values >= size)
         if bad.any():
             raise IndexingError(f"{op}: index {values[bad].flat[0]:g} is out of bounds for an axis of size "
