@@ -4,7 +4,7 @@ The workload's step runs twice untimed (so compiling is not what is measured,
 unless --cold), then `--steps` times inside `needle.profile()`; the table shows
 where those steps spent their time, kernel by kernel, with the lines of
 needle/cli/workloads.py that built each kernel.  With --jit the step is captured
-(`needle.jit`) during the warm-up and the profiled steps are replays.
+(`needle.jit`) during the warm-up (three steps then) and the profiled steps are replays.
 """
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ def profile_workload(name: str, steps: int = 3, device=None, eager: bool = False
     with lazy(not eager):
         workload = get(name)(device if device is not None else cpu(), quick=quick)
         step = jit(workload.step) if captured else workload.step
-        for _ in range(0 if cold else 2):  # the first two steps differ (optimizer state appears)
+        # the first two steps differ (optimizer state appears); a captured step's third call
+        # is its first replay, which needle.jit checks against a plain call
+        for _ in range(0 if cold else 3 if captured else 2):
             realize(*step())
         with profile() as p:
             for _ in range(steps):
