@@ -1,7 +1,11 @@
-"""Captured steps (`needle.jit`): call 2 of a jitted function records the compiled
-schedules it launches (the engine's `capture`), later calls replay them.  This
-package is the frontend's side: it knows Tensors, Modules and optimizers —
-`function` is the user-facing JitFunction and its contract, `world` the Python state
-a step can read (guards) and change (effects), `tracing` what the capture call runs,
-`build` turns a recorded call into a `step.CapturedStep`, `verify` checks replays
-against plain calls."""
+"""Captured steps (`needle.jit`): call 2 of a jitted function records what it does
+(the engine's `capture.recording`), later calls replay it.  This package is the
+frontend's side: it knows Tensors, Modules and optimizers —
+
+- `function`: JitFunction, the contract (docs/jit.md), choosing a capture or running plainly;
+- `arguments`: a call's inputs and key; `numpy_args`: numpy arguments traced with recipes;
+- `world`: the Python state a step can read (guards) and change (effects); `places`:
+  where a value lives and how values compare; `code`: which code is the user's;
+- `tracing`: what the capture call runs (sys.setprofile);
+- `build`: a recorded call -> `step.CapturedStep` (`records`: its typed parts);
+- `verify`: a replay checked against a plain call."""

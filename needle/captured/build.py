@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from ..autograd import Tensor, TensorTuple
 from ..backend_selection import array_api
-from .step import CONST, DRAW, OUT, SRC, CapturedStep, Run, Source, layout, scalars_of
-from .tracing import recipe_of
-from .world import ALL, SIMPLE, GradOf, Slot, where_of
+from .records import CONST, DRAW, OUT, SRC, Run, Source, layout, scalars_of
+from .step import CapturedStep
+from .numpy_args import recipe_of
+from .places import ALL, SIMPLE, GradOf, Slot, where_of
 
 
 class Unsupported(Exception):

@@ -42,8 +42,11 @@ from ..engine.realize import pending_nodes, realize_nodes
 from . import verify as verifying
 from .build import Unsupported, build
 from .step import FAILS, STALE
-from .tracing import Tracer, global_names, traced
-from .world import SIMPLE, World, short, same_rng_state
+from .arguments import Call, Plain, traced_arguments, untraced
+from .code import global_names
+from .places import same_rng_state
+from .tracing import Tracer
+from .world import World
 
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: captures in a row that changed what they depend on (`self.seen += 1`), after which
@@ -52,105 +55,6 @@ UNKEPT_LIMIT = 2
 #: calls in a row that captured, as a multiple of max_captures, after which a function
 #: that never replays runs plainly
 MISSES_LIMIT = 2
-
-
-class Call:
-    """One call's arguments: `flat` (every leaf, in order), `inputs` (the Tensors),
-    `arrays` (their realized arrays, then NDArray arguments), `values` (numpy arrays by
-    flat position) and `key` (everything else, and the layouts)."""
-
-    __slots__ = ("flat", "inputs", "arrays", "values", "key", "input_grads", "_positions", "owners", "boxes")
-
-    def __init__(self, args, kwargs):
-        self.flat, self.inputs, self.arrays, self.values, self.owners, self.boxes = [], [], [], {}, [], []
-        self._positions = None
-        if not kwargs and all(type(a) is Tensor for a in args):  # f(x, y): no walk
-            self.flat, self.inputs = list(args), list(args)
-            template = _tensors_template(len(args))
-        else:
-            template = (self._flatten(args), self._flatten(kwargs) if kwargs else ())
-        layouts = []
-        for t in self.inputs:
-            a = t._cached_data
-            if getattr(a, "is_lazy", False):
-                a = t.realize_cached_data()
-            if not hasattr(a, "_handle"):
-                raise _Plain  # (a TensorTuple's data, or the numpy backend)
-            layouts.append((a._shape, a._dtype, a._device.name, a._strides, a._offset, t.requires_grad))
-            self.arrays.append(a)
-            self.owners.append(t)
-        for a in self.flat:
-            if type(a).__name__ == "NDArray" and hasattr(a, "_handle"):
-                layouts.append((a._shape, a._dtype, a._device.name, a._strides, a._offset))
-                self.arrays.append(a)
-                self.owners.append(None)
-        if any(layout[2] not in ("cpu", "cuda") for layout in layouts):
-            raise _Plain  # cpu_numpy runs op by op in numpy: nothing to capture
-        self.input_grads = [t.grad for t in self.inputs]
-        ids = [id(x) for x in self.flat if not isinstance(x, SIMPLE)]
-        aliases = None if len(set(ids)) == len(ids) else tuple(ids.index(i) for i in ids)
-        self.key = (template, tuple(layouts), aliases, autograd.GRAD_ENABLED)
-
-    def _flatten(self, value):
-        if isinstance(value, Tensor):
-            self.inputs.append(value)
-            self.flat.append(value)
-            return "T"
-        if isinstance(value, np.ndarray):
-            self.values[len(self.flat)] = value
-            self.flat.append(value)
-            return ("A", value.shape, value.dtype.str, value.strides)
-        if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
-            if type(value) is list:
-                self.boxes.append((value, value.copy()))
-            return (type(value), *[self._flatten(v) for v in value])
-        if type(value) is dict:
-            self.boxes.append((value, value.copy()))
-            return (dict, *[(k, self._flatten(v)) for k, v in value.items()])
-        self.flat.append(value)
-        if isinstance(value, SIMPLE):
-            return (type(value), value)
-        return ("O", id(value))
-
-    def changed_containers(self):
-        """Why a replay could not repeat the call, if the call changed a list or dict it was
-        given (`batch["x"] = ...`); see `remember_containers`."""
-        for container, copy in self.boxes:
-            try:
-                same = container == copy
-            except Exception:
-                same = False
-            if not same:
-                return f"the step changes an argument it was given ({short(copy)} became {short(container)})"
-        return None
-
-    def array_owner(self, i):
-        return self.owners[i]
-
-    def position(self, value):
-        """The flat position of an argument object (not a number), or None."""
-        if isinstance(value, SIMPLE):
-            return None
-        if self._positions is None:
-            self._positions = {}
-            for i, x in enumerate(self.flat):
-                self._positions.setdefault(id(x), i)
-        return self._positions.get(id(value))
-
-    def objects(self):
-        """(position, argument) for the arguments that are neither inputs nor numbers."""
-        return [(i, x) for i, x in enumerate(self.flat) if not isinstance(x, (SIMPLE, Tensor, np.ndarray))
-                and type(x).__name__ != "NDArray"]
-
-
-@functools.lru_cache(maxsize=64)
-def _tensors_template(n: int) -> tuple:
-    """What `Call._flatten` makes of f(t_0, ..., t_{n-1}), all Tensors, no keywords."""
-    return ((tuple,) + ("T",) * n, ())
-
-
-class _Plain(Exception):
-    """These arguments cannot be captured (the numpy backend's arrays): run plainly."""
 
 
 class _WeakMethod:
@@ -222,7 +126,7 @@ class JitFunction:
             return self.fn(*args, **kwargs)
         try:
             call = Call(args, kwargs)
-        except _Plain:
+        except Plain:
             return self.fn(*args, **kwargs)
         if self.calls == 1:  # the warm-up (optimizers make their state)
             return self._remember(self.fn(*args, **kwargs))
@@ -335,7 +239,7 @@ class JitFunction:
         rng, py_rng = np.random.get_state(), random.getstate()
         recorder = capture.Recorder()
         tracer = Tracer(world, lambda: world.settle(_realize_now, recorder.created_ids))
-        args, kwargs, restore = _traced_arguments(call, args, kwargs, tracer)
+        args, kwargs, restore = traced_arguments(call, args, kwargs, tracer)
         try:
             with capture.recording(recorder), tracer, capture.STAMP_SOURCES():
                 result = self.fn(*args, **kwargs)
@@ -351,10 +255,10 @@ class JitFunction:
                 step = build(recorder, call, world, world.initial, result, holders, recorder.created_ids)
         except Unsupported as e:
             why = str(e)
-        result = _untraced(result, call)
+        result = untraced(result, call)
         for container, key, now in world.diff() if call.values else ():  # (what it kept: the user's arrays)
             if getattr(now, "_needle", None) is not None:
-                container[key] = _untraced(now, call)
+                container[key] = untraced(now, call)
         if why is not None:
             self._run_plainly(f"{why}, which a replay cannot repeat")
             return result
@@ -412,50 +316,6 @@ def _close(result, world, call) -> None:
     for t in list(world.holders) + call.inputs:  # (the realized buffers, not their lazy nodes)
         if getattr(t._cached_data, "is_lazy", False):
             t.realize_cached_data()
-
-
-def _traced_arguments(call, args, kwargs, tracer):
-    """The arguments with each numpy array replaced by a TracedArray view of it (lists
-    and dicts that hold one are edited in place and restored after the call)."""
-    if not call.values:
-        return args, kwargs, lambda: None
-    swapped = []
-
-    def swap(value):
-        if isinstance(value, np.ndarray):
-            number = call.position(value)
-            return traced(value, tracer, number)
-        if type(value) is list or type(value) is dict:
-            items = list(value.items()) if type(value) is dict else list(enumerate(value))
-            for k, v in items:
-                new = swap(v)
-                if new is not v:
-                    swapped.append((value, k, v))
-                    value[k] = new
-            return value
-        if isinstance(value, tuple) and type(value) in (tuple,):
-            return tuple(swap(v) for v in value)
-        return value
-
-    def restore():
-        for container, k, v in reversed(swapped):
-            container[k] = v
-    return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}, restore
-
-
-def _untraced(value, call):
-    """What the capture call returns or keeps, with each TracedArray the caller's own
-    array (an argument) or a plain one (numpy's result from one)."""
-    tag = getattr(value, "_needle", None)
-    if tag is not None:
-        original = call.flat[tag[1]]
-        same = value.base is original and value.shape == original.shape and value.strides == original.strides
-        return original if same else value.view(np.ndarray)
-    if type(value) in (list, tuple):
-        return type(value)(_untraced(v, call) for v in value)
-    if type(value) is dict:
-        return {k: _untraced(v, call) for k, v in value.items()}
-    return value
 
 
 def _host_effects(recorder, tracer, world, rng, py_rng):

@@ -21,87 +21,12 @@ from __future__ import annotations
 
 from operator import attrgetter, is_
 
-from ..autograd import Tensor, TensorOp
-from ..errors import JitError
-from ..ir.nodes import RuntimeScalar
-from ..engine import capture
-from .world import ALL, MISSING, GradOf, Slot, where_of
-
-SRC, OUT, DRAW, CONST = range(4)
+from ..autograd import Tensor
+from .places import ALL, MISSING, GradOf, Slot, where_of
+from .records import (CONST, DRAW, OUT, REPLAYED, SRC, host_values, host_run, layout, place_in_pool, realized_array,
+                      templates_in)
 STALE = object()  # a replay found a source gone or changed: the call takes another capture
 FAILS = object()  # an input check failed: the call runs plainly (and raises where a plain call does)
-
-
-def realized_array(tensor):
-    """The realized NDArray of a tensor (computing it if it is pending)."""
-    data = tensor._cached_data
-    if getattr(data, "is_lazy", False):
-        data = tensor.realize_cached_data()
-    return data
-
-
-def layout(array) -> tuple:
-    return (array._shape, array._strides, array._offset, array._dtype, array._device)
-
-
-def host_values(array):
-    """An array's values as numpy (NEEDLE_BACKEND=np holds numpy arrays already)."""
-    return array.numpy() if hasattr(array, "_handle") else array
-
-
-class Source:
-    """Where a source comes from: `kind` is "input" (argument array `where`), "array"
-    (numpy argument `where`, converted by `convert`), "slot" (a world Slot) or "object"
-    (a Tensor); `aliases` are other places that held the same storage at capture."""
-
-    __slots__ = ("kind", "where", "layout", "convert", "aliases", "twins", "tensor")
-
-    def __init__(self, kind, where, layout=None, convert=None):
-        self.kind, self.where, self.layout, self.convert = kind, where, layout, convert
-        self.aliases = []  # (checked at every replay)
-        self.twins = []    # slots that held the very same Tensor (checked after the world moved)
-        self.tensor = None  # (the capture's Tensor for a slot or object: names it in reports)
-
-
-class Run:
-    """One schedule of a CapturedStep (or a host call, `fn`): the compiled entry and how
-    to bind it: `index` (each leaf's place in the replay's pool), `views` (leaves that
-    are views: (position, view)), `n_out` (outputs it adds to the pool)."""
-
-    __slots__ = ("entry", "device", "leaves", "scalars", "fixed", "fn", "n_out", "index", "views")
-
-    def __init__(self, entry, device, leaves, scalars, n_out, fn=None):
-        self.entry, self.device, self.leaves, self.scalars, self.fn = entry, device, leaves, scalars, fn
-        self.n_out = n_out
-        #: the scalars as one tuple when none is read at each call (the runtime gathers
-        #: their values once, cpu.py `prepare`)
-        self.fixed = None if any(callable(x) for x in scalars) else tuple(scalars)
-
-    def scalars_now(self):
-        if self.fixed is not None:
-            return self.fixed
-        return [_Value(s()) if callable(s) else s for s in self.scalars]
-
-
-class _Value:
-    """A run-time scalar's value for one replay (what a Scalar offers the runtime)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-
-class Replayed(TensorOp):
-    """The op of a returned Tensor whose graph a replay did not build: a backward pass
-    through it is an error, not gradients that silently stay None."""
-
-    def gradient(self, out_grad, node):
-        raise JitError("needle.jit: backward() through a tensor returned by a replayed step: a replay keeps no "
-                       "graph. Call backward() (and opt.step()) inside the jitted function, or use NEEDLE_JIT=0")
-
-
-REPLAYED = Replayed()
 
 
 class CapturedStep:
@@ -115,12 +40,12 @@ class CapturedStep:
         self.draws = draws          # [(fn, args, kwargs)]
         self.guards = guards        # [(read, value)]
         self.checks = checks        # [(source number, fn(numpy values))]
-        self.consts, self._place = _pool(sources, runs, actions, writes, result)
+        self.consts, self._place = place_in_pool(sources, runs, actions, writes, result)
         placed = {}  # (one placed template per template: an object stored and returned stays one)
         writes = [(kind, where, self._placed(template, placed), refresh, feeds)
                   for kind, where, template, refresh, feeds in writes]
         result = self._placed(result, placed)
-        shared = _templates_in(result)
+        shared = templates_in(result)
         #: (Tensor, place, requires_grad, had a graph, refresh): gradients of state Tensors given
         #: new Tensors (what backward() does), written without the general path ...
         self.grad_writes = [(where[0].tensor, t[1][0], t[2], t[3], refresh) for kind, where, t, refresh, feeds
@@ -230,7 +155,7 @@ class CapturedStep:
             for pos, view in run.views:
                 leaves[pos] = leaves[pos]._view(*view)
             if run.fn is not None:
-                pool.extend(_host_run(run, leaves))
+                pool.extend(host_run(run, leaves))
             else:
                 pool.extend(run.entry.run(leaves, run.scalars_now(), run.device))
         while done < len(actions):  # (a scheduler's step after the optimizer's)
@@ -388,60 +313,6 @@ def _at(value, pos):
     return value
 
 
-def _pool(sources, runs, actions, writes, result):
-    """(the constants, place(binding) -> (pool index, view)): a replay's pool holds the
-    sources' arrays, the constants, then each random draw and each schedule's outputs in
-    the order the replay makes them."""
-    consts, const_at = [], {}
-
-    def note(binding):
-        if binding[0] == CONST and id(binding[1]) not in const_at:
-            const_at[id(binding[1])] = len(sources) + len(consts)
-            consts.append(binding[1])
-
-    def walk(template):
-        if template[0] in ("tensor", "array"):
-            note(template[1])
-        for part in (template[1] if template[0] == "dict" else template[2] if template[0] == "seq" else ()):
-            walk(part[1] if template[0] == "dict" else part)
-    for run in runs:
-        for leaf in run.leaves:
-            note(leaf)
-    for w in writes:
-        walk(w[2])
-    walk(result)
-    at, end, done = {}, len(sources) + len(consts), 0
-    for s, run in enumerate(runs + [None]):
-        while done < len(actions) and (run is None or actions[done][2] <= s):
-            if actions[done][0] == "draw":
-                at[(DRAW, actions[done][1], None)] = end
-                end += 1
-            done += 1
-        if run is not None:
-            for j in range(run.n_out):
-                at[(OUT, s, j)] = end + j
-            end += run.n_out
-
-    def place(binding):
-        kind, a, b, view = binding
-        i = a if kind == SRC else const_at[id(a)] if kind == CONST else at[(kind, a, b)]
-        return i, view
-    for run in runs:
-        placed = [place(leaf) for leaf in run.leaves]
-        run.index = [i for i, _ in placed]
-        run.views = [(pos, view) for pos, (_, view) in enumerate(placed) if view is not None]
-    return consts, place
-
-
-def _templates_in(template) -> set:
-    """The ids of a template and of every template inside it."""
-    found = {id(template)}
-    if template[0] in ("dict", "seq"):
-        for part in (template[1] if template[0] == "dict" else template[2]):
-            found |= _templates_in(part[1] if template[0] == "dict" else part)
-    return found
-
-
 def _count(items) -> dict:
     out = {}
     for x in items:
@@ -449,14 +320,3 @@ def _count(items) -> dict:
     return out
 
 
-def _host_run(run, leaves) -> list:
-    results = run.fn(*[host_values(a) for a in leaves])
-    return [realized_array(Tensor(r, device=run.device, dtype=str(r.dtype), requires_grad=False)) for r in results]
-
-
-def scalars_of(run) -> list:
-    """A captured schedule's scalars: RuntimeScalars become providers read at each replay."""
-    return [sc.value.provider if isinstance(sc.value, RuntimeScalar) else sc for sc in run.scalars]
-
-
-__all__ = ["CapturedStep", "Source", "Run", "STALE", "SRC", "OUT", "DRAW", "CONST", "REPLAYED", "capture"]

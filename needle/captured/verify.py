@@ -15,7 +15,7 @@ import numpy as np
 
 from ..autograd import Tensor
 from .step import FAILS, STALE
-from .world import MISSING, SIMPLE, path_of
+from .places import MISSING, SIMPLE, path_of
 
 
 class Snapshot:

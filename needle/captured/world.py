@@ -22,20 +22,17 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import random
-import sys
-import sysconfig
 import types
 from operator import attrgetter, eq
 
 import numpy as np
 
 from ..autograd import Tensor
+from .code import user_namespace
+from .places import (ALL, MISSING, SIMPLE, Attrs, Cell, GradOf, Slot, path_of, rng_state, same_layout,
+                     same_rng_state, short)
 
-MISSING = object()
-#: values compared by value (what a guard holds); np.generic: numpy scalars
-SIMPLE = (bool, int, float, complex, str, bytes, type(None), np.generic)
 #: objects the walk does not enter (their identity is guarded where they are held)
 OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, np.dtype)
 #: numpy arrays up to this size held by state are guarded by their contents
@@ -44,123 +41,6 @@ ARRAY_GUARD_SIZE = 1 << 16
 LIMIT = 100_000
 
 _grad, _flag = attrgetter("grad"), attrgetter("requires_grad")
-_NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for p in (
-    sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))} | {_NEEDLE_DIR}))
-
-
-@functools.lru_cache(maxsize=4096)
-def is_user_code(filename: str) -> bool:
-    """Code the user wrote: not needle's, the standard library's or an installed package's."""
-    if filename.startswith("<frozen") or filename.startswith("<built"):
-        return False
-    path = os.path.abspath(filename) if not filename.startswith("<") else filename
-    return not path.startswith(_LIBRARY_DIRS)
-
-
-def _user_namespace(value) -> bool:
-    """A class or module the user wrote (its attributes can be read by the step): from a
-    file of the user's, or made at run time (a module without a spec, a class whose
-    module is none of sys.modules)."""
-    module = value if isinstance(value, types.ModuleType) else sys.modules.get(getattr(value, "__module__", None))
-    if module is None:
-        return True
-    filename = getattr(module, "__file__", None)
-    if filename is None:
-        return getattr(module, "__spec__", None) is None and module.__name__ not in sys.builtin_module_names
-    return is_user_code(filename)
-
-
-class Attrs:
-    """An object's attributes as a namespace a guard reads and an effect writes: a class's
-    or a module's (their own `__dict__`), or the `__slots__` of an object (getattr)."""
-
-    __slots__ = ("obj", "raw")
-
-    def __init__(self, obj, raw: bool = True):
-        self.obj, self.raw = obj, raw
-
-    def __getitem__(self, name):
-        try:
-            return self.obj.__dict__[name] if self.raw else getattr(self.obj, name)
-        except AttributeError:
-            raise KeyError(name) from None
-
-    def get(self, name, default=None):
-        try:
-            return self[name]
-        except KeyError:
-            return default
-
-    def __contains__(self, name) -> bool:
-        return self.get(name, MISSING) is not MISSING
-
-    def __setitem__(self, name, value) -> None:
-        setattr(self.obj, name, value)
-
-    def __delitem__(self, name) -> None:
-        delattr(self.obj, name)
-
-
-class GradOf:
-    """A Tensor's `.grad` as a container of one key, so a gradient is found and set
-    like any other slot."""
-
-    __slots__ = ("tensor",)
-
-    def __init__(self, tensor):
-        self.tensor = tensor
-
-    def __getitem__(self, key):
-        return self.tensor.grad
-
-    def __setitem__(self, key, value) -> None:
-        self.tensor.grad = value
-
-
-class Slot:
-    """Where a Tensor lives: `container[key]`, at `pos` inside a tuple there (or None);
-    `initial` is the Tensor it held when the world found it."""
-
-    __slots__ = ("container", "key", "pos", "path", "initial")
-
-    def __init__(self, container, key, pos, path, initial):
-        self.container, self.key, self.pos, self.path, self.initial = container, key, pos, path, initial
-
-    def get(self):
-        """The Tensor there now, or None (the slot emptied, not a Tensor)."""
-        try:
-            value = self.container[self.key]
-            for i in self.pos or ():
-                value = value[i]
-        except (KeyError, IndexError, TypeError, AttributeError):
-            return None
-        return value if isinstance(value, Tensor) else None
-
-
-def path_of(parent: str, key) -> str:
-    if isinstance(key, str) and key.isidentifier():
-        return f"{parent}.{key}" if parent else key
-    return f"{parent}[{key!r}]"
-
-
-def same_layout(a, b) -> bool:
-    """Two slot values a replay may bind alike: the same object, or Tensors (tuples of
-    them) of one shape, dtype, device and requires_grad."""
-    if a is b:
-        return True
-    if isinstance(a, Tensor) and isinstance(b, Tensor):
-        x, y = a._cached_data, b._cached_data
-        return (a.requires_grad == b.requires_grad and x is not None and y is not None and x.shape == y.shape
-                and x.dtype == y.dtype and getattr(x, "device", None) == getattr(y, "device", None))
-    if type(a) is tuple and type(b) is tuple and len(a) == len(b):
-        return all(same_layout(u, v) for u, v in zip(a, b))
-    try:
-        return bool(a == b) and type(a) is type(b)
-    except Exception:  # (numpy arrays compare elementwise)
-        return False
-
-
 class World:
     """Snapshots of the containers reachable from some roots (see the module docstring)."""
 
@@ -194,7 +74,7 @@ class World:
             if isinstance(value, SIMPLE) or id(value) in self._seen:
                 continue
             if isinstance(value, OPAQUE):
-                if isinstance(value, (type, types.ModuleType)) and _user_namespace(value):
+                if isinstance(value, (type, types.ModuleType)) and user_namespace(value):
                     self._seen.add(id(value))
                     self.namespaces.append(value)  # (their attributes the step reads: see `namespace_attributes`)
                 continue
@@ -219,7 +99,7 @@ class World:
                 if value.size <= ARRAY_GUARD_SIZE:
                     self.arrays.append((value, value.copy(), path))
             elif isinstance(value, (np.random.Generator, np.random.RandomState, random.Random)):
-                self.rngs.append((value, _rng_state(value), path))
+                self.rngs.append((value, rng_state(value), path))
             elif isinstance(value, functools.partial):
                 stack.extend([(value.func, path + ".func"), (value.args, path + ".args"),
                               (value.keywords, path + ".keywords")])
@@ -233,7 +113,7 @@ class World:
                 if hasattr(value, "__dict__"):
                     stack.append((value.__dict__, path))
                 slots = [n for k in type(value).__mro__ for n in getattr(k, "__slots__", ()) if n != "__dict__"
-                         and n != "__weakref__"] if _user_namespace(type(value)) else ()
+                         and n != "__weakref__"] if user_namespace(type(value)) else ()
                 if slots:
                     self.add_globals(Attrs(value, raw=False), slots, path)
                 stack.append((type(value), path + ".__class__"))
@@ -312,7 +192,7 @@ class World:
         self.cells.append(cell)
         self.cell_values.append(value)
         if value is not MISSING:
-            self._item(_Cell(cell), 0, value, path, stack := [])
+            self._item(Cell(cell), 0, value, path, stack := [])
             while stack:
                 self.add(*stack.pop())
 
@@ -321,7 +201,7 @@ class World:
         modules met so far (class attributes read through `self`, `config.SCALE`)."""
         for value in self.namespaces:
             for klass in (value.__mro__ if isinstance(value, type) else (value,)):
-                if klass is object or not _user_namespace(klass):
+                if klass is object or not user_namespace(klass):
                     continue
                 found = [n for n in names if n in klass.__dict__ and not isinstance(
                     klass.__dict__[n], (types.FunctionType, staticmethod, classmethod, property))]
@@ -418,7 +298,7 @@ class World:
     def diff(self):
         """[(container, key, value now)] for every guarded value that differs from its
         snapshot now (after the call), exempt ones aside; a list that changed length is
-        one entry with key ALL.  Closure cells come as (_Cell, 0, value)."""
+        one entry with key ALL.  Closure cells come as (Cell, 0, value)."""
         found = []
         for box, snapshot, _ in self.boxes:
             if _equal(box, snapshot):
@@ -435,7 +315,7 @@ class World:
         for cell, before in zip(self.cells, self.cell_values):
             now = _contents([cell])[0]
             if now is not before:
-                found.append((_Cell(cell), 0, now))
+                found.append((Cell(cell), 0, now))
         for namespace, names, values, _ in self.globals:
             for name, before in zip(names, values):
                 now = namespace.get(name, MISSING)
@@ -453,7 +333,7 @@ class World:
                 if slot.pos is None and slot.get() is container.tensor:
                     return slot.path + ".grad"
             return "the .grad of a tensor"
-        if isinstance(container, _Cell):
+        if isinstance(container, Cell):
             return "a closure variable"
         for box, _, path in self.boxes:
             if box is container:
@@ -473,7 +353,7 @@ class World:
                 if t is container.tensor and same_layout(self.grads[i], after):
                     return lambda value: self.grads.__setitem__(i, value)
             return None
-        if isinstance(container, _Cell):
+        if isinstance(container, Cell):
             for i, cell in enumerate(self.cells):
                 if cell is container.cell and same_layout(self.cell_values[i], after):
                     return lambda value: self.cell_values.__setitem__(i, value)
@@ -514,34 +394,7 @@ class World:
 
     def rng_changes(self) -> list:
         """The paths of the random generators held by state whose state changed."""
-        return [path for rng, state, path in self.rngs if not _same_state(_rng_state(rng), state)]
-
-
-ALL = object()  # a diff's key for a list that changed length: its whole contents
-
-
-def where_of(container, key) -> tuple:
-    """A comparable name of `container[key]` (what `changed()` reports)."""
-    if isinstance(container, GradOf):
-        return id(container.tensor), "grad"
-    if isinstance(container, _Cell):
-        return id(container.cell), 0
-    return id(container), key
-
-
-class _Cell:
-    """A closure cell as a container of one key (0)."""
-
-    __slots__ = ("cell",)
-
-    def __init__(self, cell):
-        self.cell = cell
-
-    def __getitem__(self, key):
-        return self.cell.cell_contents
-
-    def __setitem__(self, key, value) -> None:
-        self.cell.cell_contents = value
+        return [path for rng, state, path in self.rngs if not same_rng_state(rng_state(rng), state)]
 
 
 def _contents(cells) -> list:
@@ -581,31 +434,3 @@ def _tensors_in_tuple(value, pos):
             yield from _tensors_in_tuple(v, pos + (i,))
 
 
-def _rng_state(rng):
-    if isinstance(rng, random.Random):
-        return rng.getstate()
-    return rng.bit_generator.state if isinstance(rng, np.random.Generator) else rng.get_state()
-
-
-def _same_state(a, b) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
-    if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b))
-    if isinstance(a, np.ndarray):
-        return np.array_equal(a, b)
-    return a == b
-
-
-def same_rng_state(a, b) -> bool:
-    """Whether two states of numpy's RNG (get_state()) or Python's random are one."""
-    return _same_state(a, b)
-
-
-def short(value) -> str:
-    if value is MISSING:
-        return "nothing"
-    if isinstance(value, Tensor):
-        return f"a {value.shape} tensor"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

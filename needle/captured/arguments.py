@@ -1,0 +1,155 @@
+"""A call's arguments as needle.jit sees them: the inputs (Tensors, numpy arrays,
+NDArrays, by position), the key (everything else, the layouts, which arguments are the
+same object), and the argument containers the step must not change."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .. import autograd
+from ..autograd import Tensor
+from .numpy_args import traced
+from .places import SIMPLE, short
+
+class Call:
+    """One call's arguments: `flat` (every leaf, in order), `inputs` (the Tensors),
+    `arrays` (their realized arrays, then NDArray arguments), `values` (numpy arrays by
+    flat position) and `key` (everything else, and the layouts)."""
+
+    __slots__ = ("flat", "inputs", "arrays", "values", "key", "input_grads", "_positions", "owners", "boxes")
+
+    def __init__(self, args, kwargs):
+        self.flat, self.inputs, self.arrays, self.values, self.owners, self.boxes = [], [], [], {}, [], []
+        self._positions = None
+        if not kwargs and all(type(a) is Tensor for a in args):  # f(x, y): no walk
+            self.flat, self.inputs = list(args), list(args)
+            template = _tensors_template(len(args))
+        else:
+            template = (self._flatten(args), self._flatten(kwargs) if kwargs else ())
+        layouts = []
+        for t in self.inputs:
+            a = t._cached_data
+            if getattr(a, "is_lazy", False):
+                a = t.realize_cached_data()
+            if not hasattr(a, "_handle"):
+                raise Plain  # (a TensorTuple's data, or the numpy backend)
+            layouts.append((a._shape, a._dtype, a._device.name, a._strides, a._offset, t.requires_grad))
+            self.arrays.append(a)
+            self.owners.append(t)
+        for a in self.flat:
+            if type(a).__name__ == "NDArray" and hasattr(a, "_handle"):
+                layouts.append((a._shape, a._dtype, a._device.name, a._strides, a._offset))
+                self.arrays.append(a)
+                self.owners.append(None)
+        if any(layout[2] not in ("cpu", "cuda") for layout in layouts):
+            raise Plain  # cpu_numpy runs op by op in numpy: nothing to capture
+        self.input_grads = [t.grad for t in self.inputs]
+        ids = [id(x) for x in self.flat if not isinstance(x, SIMPLE)]
+        aliases = None if len(set(ids)) == len(ids) else tuple(ids.index(i) for i in ids)
+        self.key = (template, tuple(layouts), aliases, autograd.GRAD_ENABLED)
+
+    def _flatten(self, value):
+        if isinstance(value, Tensor):
+            self.inputs.append(value)
+            self.flat.append(value)
+            return "T"
+        if isinstance(value, np.ndarray):
+            self.values[len(self.flat)] = value
+            self.flat.append(value)
+            return ("A", value.shape, value.dtype.str, value.strides)
+        if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
+            if type(value) is list:
+                self.boxes.append((value, value.copy()))
+            return (type(value), *[self._flatten(v) for v in value])
+        if type(value) is dict:
+            self.boxes.append((value, value.copy()))
+            return (dict, *[(k, self._flatten(v)) for k, v in value.items()])
+        self.flat.append(value)
+        if isinstance(value, SIMPLE):
+            return (type(value), value)
+        return ("O", id(value))
+
+    def changed_containers(self):
+        """Why a replay could not repeat the call, if the call changed a list or dict it was
+        given (`batch["x"] = ...`); see `remember_containers`."""
+        for container, copy in self.boxes:
+            try:
+                same = container == copy
+            except Exception:
+                same = False
+            if not same:
+                return f"the step changes an argument it was given ({short(copy)} became {short(container)})"
+        return None
+
+    def array_owner(self, i):
+        return self.owners[i]
+
+    def position(self, value):
+        """The flat position of an argument object (not a number), or None."""
+        if isinstance(value, SIMPLE):
+            return None
+        if self._positions is None:
+            self._positions = {}
+            for i, x in enumerate(self.flat):
+                self._positions.setdefault(id(x), i)
+        return self._positions.get(id(value))
+
+    def objects(self):
+        """(position, argument) for the arguments that are neither inputs nor numbers."""
+        return [(i, x) for i, x in enumerate(self.flat) if not isinstance(x, (SIMPLE, Tensor, np.ndarray))
+                and type(x).__name__ != "NDArray"]
+
+
+@functools.lru_cache(maxsize=64)
+def _tensors_template(n: int) -> tuple:
+    """What `Call._flatten` makes of f(t_0, ..., t_{n-1}), all Tensors, no keywords."""
+    return ((tuple,) + ("T",) * n, ())
+
+
+class Plain(Exception):
+    """These arguments cannot be captured (the numpy backend's arrays): run plainly."""
+
+
+def traced_arguments(call, args, kwargs, tracer):
+    """The arguments with each numpy array replaced by a TracedArray view of it (lists
+    and dicts that hold one are edited in place and restored after the call)."""
+    if not call.values:
+        return args, kwargs, lambda: None
+    swapped = []
+
+    def swap(value):
+        if isinstance(value, np.ndarray):
+            number = call.position(value)
+            return traced(value, tracer, number)
+        if type(value) is list or type(value) is dict:
+            items = list(value.items()) if type(value) is dict else list(enumerate(value))
+            for k, v in items:
+                new = swap(v)
+                if new is not v:
+                    swapped.append((value, k, v))
+                    value[k] = new
+            return value
+        if isinstance(value, tuple) and type(value) in (tuple,):
+            return tuple(swap(v) for v in value)
+        return value
+
+    def restore():
+        for container, k, v in reversed(swapped):
+            container[k] = v
+    return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}, restore
+
+
+def untraced(value, call):
+    """What the capture call returns or keeps, with each TracedArray the caller's own
+    array (an argument) or a plain one (numpy's result from one)."""
+    tag = getattr(value, "_needle", None)
+    if tag is not None:
+        original = call.flat[tag[1]]
+        same = value.base is original and value.shape == original.shape and value.strides == original.strides
+        return original if same else value.view(np.ndarray)
+    if type(value) in (list, tuple):
+        return type(value)(untraced(v, call) for v in value)
+    if type(value) is dict:
+        return {k: untraced(v, call) for k, v in value.items()}
+    return value

@@ -1,0 +1,68 @@
+"""Which code is the user's, and what it names: the capture follows the user's code
+(its globals, the attributes it reads), not needle's, the standard library's or an
+installed package's."""
+from __future__ import annotations
+
+import dis
+import functools
+import os
+import sys
+import sysconfig
+import types
+
+from ..engine.capture import user_line
+
+_NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for p in (
+    sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))} | {_NEEDLE_DIR}))
+
+
+@functools.lru_cache(maxsize=4096)
+def is_user_code(filename: str) -> bool:
+    """Code the user wrote: not needle's, the standard library's or an installed package's."""
+    if filename.startswith("<frozen") or filename.startswith("<built"):
+        return False
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    return not path.startswith(_LIBRARY_DIRS)
+
+
+def user_namespace(value) -> bool:
+    """A class or module the user wrote (its attributes can be read by the step): from a
+    file of the user's, or made at run time (a module without a spec, a class whose
+    module is none of sys.modules)."""
+    module = value if isinstance(value, types.ModuleType) else sys.modules.get(getattr(value, "__module__", None))
+    if module is None:
+        return True
+    filename = getattr(module, "__file__", None)
+    if filename is None:
+        return getattr(module, "__spec__", None) is None and module.__name__ not in sys.builtin_module_names
+    return is_user_code(filename)
+
+
+@functools.lru_cache(maxsize=1024)
+def global_names(code) -> tuple:
+    """The globals a code object (and the comprehensions and functions inside it) loads
+    or stores; co_names alone also holds attribute names."""
+    names = [i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "STORE_GLOBAL",
+                                                                          "DELETE_GLOBAL")]
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            names.extend(global_names(const))
+    return tuple(dict.fromkeys(names))
+
+
+@functools.lru_cache(maxsize=1024)
+def attribute_names(code) -> frozenset:
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR",
+                                                                          "DELETE_ATTR")}
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            names |= attribute_names(const)
+    return frozenset(names)
+
+
+def line_of(frame) -> str:
+    """`user_line` from the innermost frame of the user's own code (not numpy's either)."""
+    while frame is not None and not is_user_code(frame.f_code.co_filename):
+        frame = frame.f_back
+    return user_line(frame) if frame is not None else "<unknown>"

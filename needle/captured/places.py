@@ -1,0 +1,162 @@
+"""Where a value lives — `container[key]` for every kind of place: a dict or list, an
+object's attributes (Attrs), a closure cell, a Tensor's `.grad`, a position inside a
+tuple (Slot) — and how two values a capture saw are compared and named."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from ..autograd import Tensor
+
+MISSING = object()
+#: values compared by value (what a guard holds); np.generic: numpy scalars
+SIMPLE = (bool, int, float, complex, str, bytes, type(None), np.generic)
+
+class Attrs:
+    """An object's attributes as a namespace a guard reads and an effect writes: a class's
+    or a module's (their own `__dict__`), or the `__slots__` of an object (getattr)."""
+
+    __slots__ = ("obj", "raw")
+
+    def __init__(self, obj, raw: bool = True):
+        self.obj, self.raw = obj, raw
+
+    def __getitem__(self, name):
+        try:
+            return self.obj.__dict__[name] if self.raw else getattr(self.obj, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name) -> bool:
+        return self.get(name, MISSING) is not MISSING
+
+    def __setitem__(self, name, value) -> None:
+        setattr(self.obj, name, value)
+
+    def __delitem__(self, name) -> None:
+        delattr(self.obj, name)
+
+
+class GradOf:
+    """A Tensor's `.grad` as a container of one key, so a gradient is found and set
+    like any other slot."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __getitem__(self, key):
+        return self.tensor.grad
+
+    def __setitem__(self, key, value) -> None:
+        self.tensor.grad = value
+
+
+class Slot:
+    """Where a Tensor lives: `container[key]`, at `pos` inside a tuple there (or None);
+    `initial` is the Tensor it held when the world found it."""
+
+    __slots__ = ("container", "key", "pos", "path", "initial")
+
+    def __init__(self, container, key, pos, path, initial):
+        self.container, self.key, self.pos, self.path, self.initial = container, key, pos, path, initial
+
+    def get(self):
+        """The Tensor there now, or None (the slot emptied, not a Tensor)."""
+        try:
+            value = self.container[self.key]
+            for i in self.pos or ():
+                value = value[i]
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return None
+        return value if isinstance(value, Tensor) else None
+
+
+def path_of(parent: str, key) -> str:
+    if isinstance(key, str) and key.isidentifier():
+        return f"{parent}.{key}" if parent else key
+    return f"{parent}[{key!r}]"
+
+
+def same_layout(a, b) -> bool:
+    """Two slot values a replay may bind alike: the same object, or Tensors (tuples of
+    them) of one shape, dtype, device and requires_grad."""
+    if a is b:
+        return True
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        x, y = a._cached_data, b._cached_data
+        return (a.requires_grad == b.requires_grad and x is not None and y is not None and x.shape == y.shape
+                and x.dtype == y.dtype and getattr(x, "device", None) == getattr(y, "device", None))
+    if type(a) is tuple and type(b) is tuple and len(a) == len(b):
+        return all(same_layout(u, v) for u, v in zip(a, b))
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:  # (numpy arrays compare elementwise)
+        return False
+
+
+
+ALL = object()  # a diff's key for a list that changed length: its whole contents
+
+
+def where_of(container, key) -> tuple:
+    """A comparable name of `container[key]` (what `changed()` reports)."""
+    if isinstance(container, GradOf):
+        return id(container.tensor), "grad"
+    if isinstance(container, Cell):
+        return id(container.cell), 0
+    return id(container), key
+
+
+class Cell:
+    """A closure cell as a container of one key (0)."""
+
+    __slots__ = ("cell",)
+
+    def __init__(self, cell):
+        self.cell = cell
+
+    def __getitem__(self, key):
+        return self.cell.cell_contents
+
+    def __setitem__(self, key, value) -> None:
+        self.cell.cell_contents = value
+
+
+
+def rng_state(rng):
+    if isinstance(rng, random.Random):
+        return rng.getstate()
+    return rng.bit_generator.state if isinstance(rng, np.random.Generator) else rng.get_state()
+
+
+def _same_state(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b
+
+
+def same_rng_state(a, b) -> bool:
+    """Whether two states of numpy's RNG (get_state()) or Python's random are one."""
+    return _same_state(a, b)
+
+
+def short(value) -> str:
+    if value is MISSING:
+        return "nothing"
+    if isinstance(value, Tensor):
+        return f"a {value.shape} tensor"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
