@@ -3,6 +3,7 @@ object's attributes (Attrs), a closure cell, a Tensor's `.grad`, a position insi
 tuple (Slot) — and how two values a capture saw are compared and named."""
 from __future__ import annotations
 
+import collections
 import random
 
 import numpy as np
@@ -97,11 +98,53 @@ def same_layout(a, b) -> bool:
                 and x.dtype == y.dtype and getattr(x, "device", None) == getattr(y, "device", None))
     if type(a) is tuple and type(b) is tuple and len(a) == len(b):
         return all(same_layout(u, v) for u, v in zip(a, b))
-    try:
-        return bool(a == b) and type(a) is type(b)
-    except Exception:  # (numpy arrays compare elementwise)
-        return False
+    if type(pin(a)) is Same or type(a) is not type(b):
+        return False  # (another container, array or value-compared object: not what was walked)
+    return bool(a == b)  # (numbers, strings: by value)
 
+
+
+class Same:
+    """A snapshot's stand-in for a mutable or value-compared member (a dict, a list, an
+    array, a dataclass): equal only to that very object, so `box == snapshot` in C sees a
+    container replaced by an equal new one (whose later changes the world would miss)."""
+
+    __slots__ = ("obj",)
+    __array_ufunc__ = None  # (numpy compares with it through its __eq__)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return other is self.obj
+
+    def __ne__(self, other):
+        return other is not self.obj
+
+    __hash__ = None
+
+
+def pin(value):
+    """`value` as a snapshot holds it: itself when `==` means identity or a value that
+    cannot change (numbers, strings, tuples, Tensors, modules), else a Same."""
+    kind = type(value)
+    if kind.__eq__ is object.__eq__ or isinstance(value, SIMPLE) or kind is tuple or kind is frozenset:
+        return value
+    return Same(value)
+
+
+def unpin(value):
+    return value.obj if type(value) is Same else value
+
+
+def pinned_copy(box):
+    """A snapshot of a dict, list, deque or set, its members pinned."""
+    if isinstance(box, dict):
+        return {k: pin(v) for k, v in box.items()}
+    if isinstance(box, (set, frozenset)):
+        return set(box)
+    copy = [pin(v) for v in box]
+    return collections.deque(copy, box.maxlen) if isinstance(box, collections.deque) else copy
 
 
 ALL = object()  # a diff's key for a list that changed length: its whole contents

@@ -8,8 +8,8 @@ code runs: tracing.py).  Every dict (objects' `__dict__` included), list, set, c
 cell and named global reachable from them is snapshot:
 
 - **guards**: Python values (numbers, strings, None, flags, members' identities,
-  lengths) must be as they were for a replay, compared in C (`box == snapshot`
-  compares members by identity first); a Tensor slot needs a Tensor of the same
+  lengths) must be as they were for a replay, compared in C (`snapshot == box`
+  compares members by identity first, containers and arrays by identity only); a Tensor slot needs a Tensor of the same
   layout (its data is state, read at each replay); `requires_grad` and whether
   `.grad` is None must be as they were;
 - **effects**: after the call, the difference between each box and its snapshot;
@@ -31,7 +31,7 @@ import numpy as np
 from ..autograd import Tensor
 from .code import user_namespace
 from .places import (ALL, MISSING, SIMPLE, Attrs, Cell, GradOf, Slot, path_of, rng_state, same_layout,
-                     same_rng_state, short)
+                     pin, pinned_copy, same_rng_state, short, unpin)
 
 #: objects the walk does not enter (their identity is guarded where they are held)
 OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, np.dtype)
@@ -86,7 +86,7 @@ class World:
                 return
             self._seen.add(id(value))
             if isinstance(value, (dict, list, collections.deque)):
-                self._box(value, value.copy(), path)
+                self._box(value, pinned_copy(value), path)
                 items = value.items() if isinstance(value, dict) else enumerate(value)
                 for key, v in items:
                     self._item(value, key, v, path_of(path, key), stack)
@@ -190,7 +190,7 @@ class World:
         except ValueError:
             value = MISSING
         self.cells.append(cell)
-        self.cell_values.append(value)
+        self.cell_values.append(pin(value))
         if value is not MISSING:
             self._item(Cell(cell), 0, value, path, stack := [])
             while stack:
@@ -216,7 +216,7 @@ class World:
         names = tuple(n for n in names if n in namespace and not any(n in g[1] for g in same))
         if not names:
             return
-        self.globals.append([namespace, names, tuple(namespace[n] for n in names), path])
+        self.globals.append([namespace, names, tuple(pin(namespace[n]) for n in names), path])
         for name in names:
             self._item(namespace, name, namespace[name], path_of(path, name), stack := [])
             while stack:
@@ -228,15 +228,15 @@ class World:
         says no, `changed()` tells whether a difference matters (and refreshes the
         snapshots when none does)."""
         try:  # (in C: each box against its snapshot, members by identity first)
-            if not all(map(eq, self._box_list, self._snapshot_list)):
+            if not all(map(eq, self._snapshot_list, self._box_list)):  # (snapshot first: its Same compare)
                 return False
         except Exception:  # (a member whose == raises: a numpy array replaced by another)
             return False
-        if self.cells and _contents(self.cells) != self.cell_values:
+        if self.cells and self.cell_values != _contents(self.cells):
             return False
         for namespace, names, values, _ in self.globals:
             try:
-                if tuple(map(namespace.__getitem__, names)) != values:
+                if values != tuple(map(namespace.__getitem__, names)):
                     return False
             except Exception:  # (a KeyError, or a member's == raising)
                 return False
@@ -258,28 +258,29 @@ class World:
                 continue
             if not isinstance(box, dict) or len(box) != len(snapshot):
                 if not (isinstance(box, list) and len(box) == len(snapshot)
-                        and all(same_layout(a, b) for a, b in zip(snapshot, box))):
-                    return (id(box), ALL), f"{path or 'a container'} (was {short(snapshot)}, now {short(box)})"
+                        and all(same_layout(unpin(a), b) for a, b in zip(snapshot, box))):
+                    return (id(box), ALL), f"{path or 'a container'} (was {short(list(map(unpin, snapshot)))}, " \
+                                           f"now {short(box)})"
             else:
                 for key, before in snapshot.items():
-                    now = box.get(key, MISSING)
+                    now, before = box.get(key, MISSING), unpin(before)
                     if (id(box), key) not in self.exempt and not same_layout(before, now):
                         return (id(box), key), f"{path_of(path, key)} (was {short(before)}, now {short(now)})"
             _refill(entry[1], box)
             self.moved = True
         now = _contents(self.cells) if self.cells else []
         for cell, before, value in zip(self.cells, self.cell_values, now):
-            if not same_layout(before, value):
+            if not same_layout(unpin(before), value):
                 return (id(cell), 0), f"a closure variable (was {short(before)}, now {short(value)})"
-        self.cell_values = now
+        self.cell_values = [pin(v) for v in now]
         for entry in self.globals:
             namespace, names, values, path = entry
             current = tuple(namespace.get(n, MISSING) for n in names)
             for name, before, value in zip(names, values, current):
-                if not same_layout(before, value):
+                if not same_layout(unpin(before), value):
                     return (id(namespace), name), f"the global {path_of(path, name)} (was {short(before)}, " \
                                                   f"now {short(value)})"
-            entry[2] = current
+            entry[2] = tuple(map(pin, current))
         for i, t in enumerate(self.holders):
             if t.requires_grad != self.flags[i]:
                 return (id(t), "requires_grad"), f"requires_grad of a {t.shape} tensor (was {self.flags[i]})"
@@ -305,21 +306,22 @@ class World:
                 continue
             if isinstance(box, dict):
                 for key in set(snapshot) | set(box):
-                    now, before = box.get(key, MISSING), snapshot.get(key, MISSING)
+                    now, before = box.get(key, MISSING), unpin(snapshot.get(key, MISSING))
                     if now is not before and (id(box), key) not in self.exempt:
                         found.append((box, key, now))
             elif isinstance(box, list) and len(box) == len(snapshot):
-                found.extend((box, i, now) for i, (now, before) in enumerate(zip(box, snapshot)) if now is not before)
+                found.extend((box, i, now) for i, (now, before) in enumerate(zip(box, snapshot))
+                             if now is not unpin(before))
             else:
                 found.append((box, ALL, box.copy()))
         for cell, before in zip(self.cells, self.cell_values):
             now = _contents([cell])[0]
-            if now is not before:
+            if now is not unpin(before):
                 found.append((Cell(cell), 0, now))
         for namespace, names, values, _ in self.globals:
             for name, before in zip(names, values):
                 now = namespace.get(name, MISSING)
-                if now is not before:
+                if now is not unpin(before):
                     found.append((namespace, name, now))
         for t, before in zip(self.holders, self.grads_before):
             if t.grad is not before:
@@ -355,19 +357,19 @@ class World:
             return None
         if isinstance(container, Cell):
             for i, cell in enumerate(self.cells):
-                if cell is container.cell and same_layout(self.cell_values[i], after):
-                    return lambda value: self.cell_values.__setitem__(i, value)
+                if cell is container.cell and same_layout(unpin(self.cell_values[i]), after):
+                    return lambda value: self.cell_values.__setitem__(i, pin(value))
             return None
         for entry in self.boxes:
             if entry[0] is container:
-                if key is not ALL and same_layout(entry[1].get(key, MISSING) if isinstance(entry[1], dict)
-                                                  else entry[1][key], after):
-                    return lambda value: entry[1].__setitem__(key, value)
+                if key is not ALL and same_layout(unpin(entry[1].get(key, MISSING) if isinstance(entry[1], dict)
+                                                        else entry[1][key]), after):
+                    return lambda value: entry[1].__setitem__(key, pin(value))
                 return None
         for entry in self.globals:
-            if entry[0] is container and key in entry[1] and same_layout(entry[2][entry[1].index(key)], after):
+            if entry[0] is container and key in entry[1] and same_layout(unpin(entry[2][entry[1].index(key)]), after):
                 i = entry[1].index(key)
-                return lambda value: entry.__setitem__(2, entry[2][:i] + (value,) + entry[2][i + 1:])
+                return lambda value: entry.__setitem__(2, entry[2][:i] + (pin(value),) + entry[2][i + 1:])
         return None
 
     def unguard_grads(self, written, read) -> None:
@@ -390,7 +392,7 @@ class World:
         """After a replay: the snapshots of what its callbacks advanced follow, so the
         next call's check passes in C."""
         for entry, key in self.advance:
-            entry[1][key] = entry[0].get(key, MISSING)
+            entry[1][key] = pin(entry[0].get(key, MISSING))
 
     def rng_changes(self) -> list:
         """The paths of the random generators held by state whose state changed."""
@@ -410,14 +412,15 @@ def _contents(cells) -> list:
 def _refill(snapshot, box) -> None:
     """`snapshot` made equal to `box` in place (holds() keeps the snapshot object)."""
     snapshot.clear()
-    snapshot.update(box) if isinstance(snapshot, (dict, set)) else snapshot.extend(box)
+    fresh = pinned_copy(box)
+    snapshot.update(fresh) if isinstance(snapshot, (dict, set)) else snapshot.extend(fresh)
 
 
 def _equal(box, snapshot) -> bool:
-    """`box == snapshot`, members by identity first (in C); a member whose `==` raises
-    (a numpy array replaced by another) counts as changed."""
+    """`snapshot == box`: members by identity first (in C), then by value, except for
+    the pinned ones (places.Same: identity only); a `==` that raises counts as changed."""
     try:
-        return box == snapshot
+        return snapshot == box
     except Exception:
         return False
 
