@@ -178,9 +178,12 @@ class Builder:
             return ("dict", [(k, self.template(v)) for k, v in value.items()])
         return ("const", value)
 
-    def writes(self, holders) -> list:
+    def writes(self, holders, grads_set=()) -> list:
         """The call's effects: new data of Tensors that existed before it (first), then
-        slots of the world and the inputs' gradients given new values."""
+        slots of the world and the inputs' gradients given new values.  A gradient needle
+        set during the call (`grads_set`: reset_grad, backward) is written at every replay
+        even where the call left it as it found it (None): it is no guard, so a replay may
+        find another there."""
         out = []
         for t in holders:
             before = self.initial.get(id(t))
@@ -193,7 +196,10 @@ class Builder:
         for k, source in enumerate(self.sources):
             if source.kind == "slot":
                 fed.setdefault(where_of(source.where.container, source.where.key), []).append((k, source.where.pos))
-        for container, key, now in self.world.diff():
+        changes = self.world.diff()
+        found = {id(c.tensor) for c, _, _ in changes if isinstance(c, GradOf)}
+        changes += [(GradOf(t), "grad", t.grad) for t in self.world.holders if id(t) in grads_set and id(t) not in found]
+        for container, key, now in changes:
             template = self.template(now) if key is not ALL else ("seq", list, [self.template(v) for v in now])
             out.append(("slot", (container, key), template, self.world.refresher(container, key, now),
                         fed.get(where_of(container, key), ())))
@@ -226,7 +232,7 @@ def build(recorder, call, world, initial, result, holders, created_ids) -> Captu
     b.host_arrays(recorder.host_arrays)
     b.state(recorder.readers, created_ids)
     runs = b.runs(recorder)
-    writes = b.writes(holders)
+    writes = b.writes(holders, recorder.grads_set)
     template = b.template(result)
     checks = [(b.by_handle[id(a._handle)], fn) for a, fn in recorder.checks
               if id(getattr(a, "_handle", None)) in b.by_handle
