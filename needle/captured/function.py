@@ -27,6 +27,7 @@ import functools
 import os
 import random
 import sys
+import threading
 import types
 import warnings
 import weakref
@@ -86,6 +87,7 @@ class JitFunction:
         if not isinstance(verify, int) or verify < 0:
             raise JitError(f"needle.jit: verify must be a non-negative integer, got {verify!r}")
         self.fn, self.max_captures = fn, max_captures
+        self._lock = threading.RLock()
         self.verify = verify or int(os.environ.get("NEEDLE_JIT_VERIFY", "0") or 0)
         functools.update_wrapper(self, fn)
         self.reset()
@@ -115,9 +117,13 @@ class JitFunction:
         return f"{getattr(self.fn, '__qualname__', type(self.fn).__name__)}{where}"
 
     def __call__(self, *args, **kwargs):
-        if not config.JIT or not autograd.LAZY_MODE or capture.CURRENT is not None or self.plain:
+        if not config.JIT or not autograd.LAZY_MODE or self.plain or capture.current() is not None:
             # (eager ops compute outside kernels; a jitted function inside a capture runs inline)
             return self.fn(*args, **kwargs)
+        with self._lock:  # (one call at a time: a capture's world is one)
+            return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         self.calls += 1
         if self._differentiated_outside():
             self._run_plainly("its result was differentiated after the call (backward() outside the jitted "

@@ -1,8 +1,8 @@
 """Recording one call of a function, for `needle.jit`.
 
-`with recording(recorder):` makes `recorder` the one active Recorder (`CURRENT`) on
-the thread that opened it; the layers below report to it, each through one cheap
-check on its own path (`if capture.CURRENT is not None`):
+`with recording(recorder):` makes `recorder` the Recorder of the thread that opened
+it; the layers below report to it, each through one cheap check on its own path
+(`if capture.CURRENT is not None`: some thread records), then `current()`:
 
 - `read_state(tensor, data)`: an op reads a tensor's data (autograd);
 - `created(tensor)`: a Tensor was made during the call (autograd);
@@ -35,8 +35,13 @@ import weakref
 
 from ..errors import JitError
 
-#: the active Recorder, or None (read on hot paths: keep it a plain module global)
+#: RECORDING while any thread records a call, else None (read on hot paths: a plain module
+#: global; which Recorder is this thread's is `current()`)
 CURRENT = None
+RECORDING = "recording"
+_LOCAL = threading.local()
+_LOCK = threading.Lock()
+_ACTIVE = [0]  # threads recording now
 
 #: `DESCRIBE(entry, nodes, leaves, target)`: what each call of a compiled schedule
 #: computes (fused ops, bytes, flops), installed by needle.profiler.  A replay builds
@@ -92,7 +97,6 @@ class Recorder:
     host data turned into tensors, in order."""
 
     def __init__(self):
-        self.thread = threading.get_ident()
         self.runs = []         # ScheduleRun | HostRun, in launch order
         self.readers = {}      # id(NDArray) -> (Tensor read, NDArray)
         self.created_ids = set()  # ids of the Tensors made during the call
@@ -106,9 +110,6 @@ class Recorder:
         self.checks = []       # (NDArray checked, fn(numpy values)), in call order
         self.host_arrays = []  # (host array, NDArray made from it, user line)
 
-    def mine(self) -> bool:
-        return threading.get_ident() == self.thread
-
     def read_state(self, tensor, data) -> None:
         for x in (data if isinstance(data, tuple) else (data,)):
             array = x.arg if getattr(x, "is_lazy", False) and x.op == "buffer" else x
@@ -116,27 +117,39 @@ class Recorder:
                 self.readers[id(array)] = (tensor, array)
 
     def schedule(self, entry, leaves, scalars, device, outputs, nodes, target) -> None:
-        if self.mine():  # another thread's realize is not part of this call
-            self.runs.append(ScheduleRun(entry, leaves, scalars, device, outputs))
-            if DESCRIBE is not None and entry not in DESCRIPTIONS:
-                DESCRIPTIONS[entry] = DESCRIBE(entry, nodes, leaves, target)
+        self.runs.append(ScheduleRun(entry, leaves, scalars, device, outputs))
+        if DESCRIBE is not None and entry not in DESCRIPTIONS:
+            DESCRIPTIONS[entry] = DESCRIBE(entry, nodes, leaves, target)
 
 
 @contextlib.contextmanager
-def recording(recorder: Recorder):
-    """Make `recorder` the active one for the block (one at a time: a jitted function
-    called inside another's capture runs inline, see captured/function.py)."""
-    global CURRENT
-    previous, CURRENT = CURRENT, recorder
+def recording(recorder):
+    """Make `recorder` (or None: nothing) this thread's recorder for the block; other
+    threads record their own calls or none (a jitted function called inside another's
+    capture runs inline, see captured/function.py)."""
+    previous = current()
+    _LOCAL.recorder = recorder
+    _count((recorder is not None) - (previous is not None))
     try:
         yield recorder
     finally:
-        CURRENT = previous
+        _LOCAL.recorder = previous
+        _count((previous is not None) - (recorder is not None))
 
 
-def _active():
-    r = CURRENT
-    return r if r is not None and r.mine() else None
+def _count(change: int) -> None:
+    global CURRENT
+    with _LOCK:
+        _ACTIVE[0] += change
+        CURRENT = RECORDING if _ACTIVE[0] else None
+
+
+def current():
+    """This thread's Recorder, or None."""
+    return getattr(_LOCAL, "recorder", None)
+
+
+_active = current
 
 
 def read_state(tensor, data) -> None:

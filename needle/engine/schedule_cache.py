@@ -149,7 +149,7 @@ def realize(nodes) -> None:
         cuda_runtime.synchronize()
     counters.add("run_seconds", time.perf_counter() - t0)
     counters.add("schedules")
-    if capture.CURRENT is not None:  # (needle.jit records the schedules of the call it captures)
-        capture.CURRENT.schedule(entry, leaves, scalars, device, outputs, nodes, cache.target())
+    if capture.CURRENT is not None and capture.current() is not None:  # (needle.jit records the call it captures)
+        capture.current().schedule(entry, leaves, scalars, device, outputs, nodes, cache.target())
     for node, array in zip(nodes, outputs):
         node.become_buffer(array)

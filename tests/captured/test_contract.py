@@ -551,3 +551,33 @@ def test_verify_from_the_environment(monkeypatch):
     for i in range(6):
         f(T(batch(i)[0]))
     assert f.verify == 3 and f.verified == 3 and f.replays == 4
+
+
+def test_two_threads_each_capture_their_own_step():
+    import threading
+
+    def train(results, key, seed):
+        model = small(seed)
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        f = ndl.jit(sgd_step(model, opt))
+        results[key] = [f(*map(T, batch(seed * 100 + i))).numpy() for i in range(8)] + \
+            [p.numpy() for p in model.parameters()] + [f.replays]
+
+    def run_alone(seed):
+        out = {}
+        train(out, 0, seed)
+        return out[0]
+    want = [run_alone(1), run_alone(2)]
+    got, threads = {}, []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(2):
+            threads.append(threading.Thread(target=train, args=(got, k, k + 1)))
+            threads[-1].start()
+        for t in threads:
+            t.join()
+    assert not [w for w in caught if "needle.jit" in str(w.message)]
+    for k in range(2):
+        assert values(got[k]) == values(want[k]) and got[k][-1] >= 5
+    from needle.engine import capture
+    assert capture.CURRENT is None and capture.current() is None
