@@ -556,28 +556,27 @@ def test_verify_from_the_environment(monkeypatch):
 def test_two_threads_each_capture_their_own_step():
     import threading
 
-    def train(results, key, seed):
+    def setup(seed):
         model = small(seed)
-        opt = optim.SGD(model.parameters(), lr=0.1)
-        f = ndl.jit(sgd_step(model, opt))
-        results[key] = [f(*map(T, batch(seed * 100 + i))).numpy() for i in range(8)] + \
-            [p.numpy() for p in model.parameters()] + [f.replays]
+        return model, ndl.jit(sgd_step(model, optim.SGD(model.parameters(), lr=0.1)))
 
-    def run_alone(seed):
-        out = {}
-        train(out, 0, seed)
-        return out[0]
-    want = [run_alone(1), run_alone(2)]
-    got, threads = {}, []
+    def train(model, f, seed, results):
+        results.append([f(*map(T, batch(seed * 100 + i))).numpy() for i in range(8)] +
+                       [p.numpy() for p in model.parameters()] + [f.replays])
+    want = []
+    for seed in (1, 2):
+        train(*setup(seed), seed, want)
+    runs = [setup(seed) for seed in (1, 2)]  # (models made here: numpy's RNG is one for all threads)
+    got = [[], []]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for k in range(2):
-            threads.append(threading.Thread(target=train, args=(got, k, k + 1)))
-            threads[-1].start()
+        threads = [threading.Thread(target=train, args=(*runs[k], k + 1, got[k])) for k in range(2)]
+        for t in threads:
+            t.start()
         for t in threads:
             t.join()
-    assert not [w for w in caught if "needle.jit" in str(w.message)]
+    assert not [str(w.message) for w in caught if "needle.jit" in str(w.message)]
     for k in range(2):
-        assert values(got[k]) == values(want[k]) and got[k][-1] >= 5
+        assert values(got[k][0]) == values(want[k]) and got[k][0][-1] >= 5
     from needle.engine import capture
     assert capture.CURRENT is None and capture.current() is None
