@@ -232,7 +232,8 @@ def host_argument(x, what: str):
     take it: unchanged, except inside a call needle.jit is capturing, where a numpy
     argument of the call becomes a Tensor (an input of every replay, so each call's
     values are used); a boolean one selects by its values, which a replay cannot."""
-    if _capture.CURRENT is None or _capture.current() is None or getattr(x, "_needle", None) is None:
+    if _capture.CURRENT is None or _capture.current() is None or not isinstance(x, numpy.ndarray) or \
+            getattr(x, "_needle", None) is None:
         return x
     if x.dtype == numpy.bool_:
         _capture.host_read(f"{what} with a boolean mask from a numpy argument")

@@ -3,7 +3,10 @@ NDArrays, by position), the key (everything else, the layouts, which arguments a
 same object), and the argument containers the step must not change."""
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
+import types
 
 import numpy as np
 
@@ -17,10 +20,12 @@ class Call:
     `arrays` (their realized arrays, then NDArray arguments), `values` (numpy arrays by
     flat position) and `key` (everything else, and the layouts)."""
 
-    __slots__ = ("flat", "inputs", "arrays", "values", "key", "input_grads", "_positions", "owners", "boxes")
+    __slots__ = ("flat", "inputs", "arrays", "values", "key", "input_grads", "_positions", "owners", "boxes",
+                 "parts")
 
     def __init__(self, args, kwargs):
         self.flat, self.inputs, self.arrays, self.values, self.owners, self.boxes = [], [], [], {}, [], []
+        self.parts = []  # the containers and structures among the arguments, in order
         self._positions = None
         if not kwargs and all(type(a) is Tensor for a in args):  # f(x, y): no walk
             self.flat, self.inputs = list(args), list(args)
@@ -59,16 +64,23 @@ class Call:
             self.flat.append(value)
             return ("A", value.shape, value.dtype.str, value.strides)
         if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
+            self.parts.append(value)
             if type(value) is list:
                 self.boxes.append((value, value.copy()))
             return (type(value), *[self._flatten(v) for v in value])
         if type(value) is dict:
+            self.parts.append(value)
             self.boxes.append((value, value.copy()))
             return (dict, *[(k, self._flatten(v)) for k, v in value.items()])
+        fields = fields_of(value)
+        if fields is not None:  # (a batch as a dataclass or namespace: its fields are arguments too)
+            self.parts.append(value)
+            self.boxes.append((fields, fields.copy()))
+            return (type(value), *[(k, self._flatten(v)) for k, v in fields.items()])
         self.flat.append(value)
         if isinstance(value, SIMPLE):
             return (type(value), value)
-        return ("O", id(value))
+        return ("O", id(value))  # (an object by identity: the capture keeps it, so the id stays its own)
 
     def changed_containers(self):
         """Why a replay could not repeat the call, if the call changed a list or dict it was
@@ -86,19 +98,36 @@ class Call:
         return self.owners[i]
 
     def position(self, value):
-        """The flat position of an argument object (not a number), or None."""
+        """Where an argument object (not a number) is: ("arg", flat position) or ("part",
+        position among the containers and structures), or None."""
         if isinstance(value, SIMPLE):
             return None
         if self._positions is None:
             self._positions = {}
             for i, x in enumerate(self.flat):
-                self._positions.setdefault(id(x), i)
+                self._positions.setdefault(id(x), ("arg", i))
+            for i, x in enumerate(self.parts):
+                self._positions.setdefault(id(x), ("part", i))
         return self._positions.get(id(value))
 
     def objects(self):
         """(position, argument) for the arguments that are neither inputs nor numbers."""
         return [(i, x) for i, x in enumerate(self.flat) if not isinstance(x, (SIMPLE, Tensor, np.ndarray))
                 and type(x).__name__ != "NDArray"]
+
+
+def fields_of(value):
+    """The fields of an argument passed as structure — a dataclass instance, a
+    SimpleNamespace, a UserDict — as its attribute dict (or the UserDict's data); None
+    for anything else (an object by identity)."""
+    if isinstance(value, collections.UserDict):
+        return value.data
+    if (dataclasses.is_dataclass(value) and not isinstance(value, type)) or type(value) is types.SimpleNamespace:
+        try:
+            return object.__getattribute__(value, "__dict__")
+        except AttributeError:  # (a dataclass with slots: by identity)
+            return None
+    return None
 
 
 @functools.lru_cache(maxsize=64)
@@ -120,15 +149,15 @@ def traced_arguments(call, args, kwargs, tracer):
 
     def swap(value):
         if isinstance(value, np.ndarray):
-            number = call.position(value)
-            return traced(value, tracer, number)
-        if type(value) is list or type(value) is dict:
-            items = list(value.items()) if type(value) is dict else list(enumerate(value))
+            return traced(value, tracer, call.position(value)[1])
+        fields = value if type(value) in (list, dict) else fields_of(value)
+        if fields is not None:
+            items = list(fields.items()) if isinstance(fields, dict) else list(enumerate(fields))
             for k, v in items:
                 new = swap(v)
                 if new is not v:
-                    swapped.append((value, k, v))
-                    value[k] = new
+                    swapped.append((fields, k, v))
+                    fields[k] = new
             return value
         if isinstance(value, tuple) and type(value) in (tuple,):
             return tuple(swap(v) for v in value)
@@ -143,7 +172,7 @@ def traced_arguments(call, args, kwargs, tracer):
 def untraced(value, call):
     """What the capture call returns or keeps, with each TracedArray the caller's own
     array (an argument) or a plain one (numpy's result from one)."""
-    tag = getattr(value, "_needle", None)
+    tag = getattr(value, "_needle", None) if isinstance(value, np.ndarray) else None
     if tag is not None:
         original = call.flat[tag[1]]
         same = value.base is original and value.shape == original.shape and value.strides == original.strides

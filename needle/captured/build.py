@@ -11,8 +11,8 @@ from ..autograd import Tensor, TensorTuple
 from ..backend_selection import array_api
 from .records import CONST, DRAW, OUT, SRC, Run, Source, layout, scalars_of
 from .step import CapturedStep
-from .numpy_args import recipe_of
-from .places import ALL, SIMPLE, GradOf, Slot, where_of
+from .numpy_args import TracedArray, recipe_of
+from .places import ALL, SIMPLE, GradOf, Read, Slot, where_of
 
 
 class Unsupported(Exception):
@@ -58,13 +58,14 @@ class Builder:
             self.add(array._handle, Source("input", i), self.call.array_owner(i))
 
     def host_arrays(self, recorded) -> None:
-        """Tensors made from numpy arguments (or from what numpy computed from them) are
-        inputs, made again at each replay from that replay's arguments."""
+        """Tensors made from numpy arguments (or from what numpy computed from them), or
+        from numpy arrays the state holds, are inputs, made again at each replay from that
+        replay's arguments, or that array as it is then."""
         for array, data, line in recorded:
             if not hasattr(data, "_handle"):
                 continue
             try:
-                recipe = recipe_of(array, self.call.values)
+                recipe = recipe_of(array, self.call.values, self.world.host_arrays)
             except ValueError as e:
                 raise Unsupported(f"{e} (a tensor made at {line})") from None
             if recipe is not None:
@@ -153,8 +154,8 @@ class Builder:
     def _template(self, value):
         position = self.call.position(value)
         if position is not None:
-            return ("arg", position)
-        if getattr(value, "_needle", None) is not None:  # (a numpy argument, or numpy's result from one)
+            return position  # ("arg", i) or ("part", i): this call's own
+        if isinstance(value, TracedArray):  # (a numpy argument, or numpy's result from one)
             try:
                 return ("numpy", recipe_of(value, self.call.values))
             except ValueError as e:
@@ -200,6 +201,8 @@ class Builder:
         found = {id(c.tensor) for c, _, _ in changes if isinstance(c, GradOf)}
         changes += [(GradOf(t), "grad", t.grad) for t in self.world.holders if id(t) in grads_set and id(t) not in found]
         for container, key, now in changes:
+            if isinstance(container, Read):
+                raise Unsupported(f"the step changes {self.world.path(container, key)} (read through a reference)")
             template = self.template(now) if key is not ALL else ("seq", list, [self.template(v) for v in now])
             out.append(("slot", (container, key), template, self.world.refresher(container, key, now),
                         fed.get(where_of(container, key), ())))
@@ -240,6 +243,7 @@ def build(recorder, call, world, initial, result, holders, created_ids) -> Captu
     input_ids = {id(x): i for i, x in enumerate(call.inputs) if id(x) in world._holder_ids}
     step = CapturedStep(world, b.sources, runs, list(recorder.actions), [d[:3] for d in recorder.draws],
                         list(recorder.guards), checks, writes, template, input_ids)
+    step.objects = [x for _, x in call.objects()]  # (kept: the key holds their ids)
     return step
 
 

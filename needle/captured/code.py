@@ -40,25 +40,39 @@ def user_namespace(value) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
+def names_of(code) -> tuple:
+    """(globals, attributes, modules) a code object — and the comprehensions and functions
+    inside it — may read or write by name: the globals it loads or stores (LOAD_NAME too:
+    `eval`'s code), the attribute names it reads or writes, the modules it imports.  Its
+    string constants that are names count as both (`globals()["SCALE"]`, `getattr(cfg,
+    "SCALE")`, `sys.modules["cfg"]`): names looked up at run time."""
+    globals_, attributes, modules = [], set(), set()
+    for i in dis.get_instructions(code):
+        if i.opname in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME", "STORE_NAME"):
+            globals_.append(i.argval)
+        elif i.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR", "IMPORT_FROM"):
+            attributes.add(i.argval)
+        elif i.opname == "IMPORT_NAME":
+            modules.add(i.argval)
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            inner = names_of(const)
+            globals_.extend(inner[0])
+            attributes |= inner[1]
+            modules |= inner[2]
+        elif isinstance(const, str) and const.replace(".", "_").isidentifier():
+            globals_.append(const)
+            attributes.add(const)
+            modules.add(const)
+    return tuple(dict.fromkeys(globals_)), frozenset(attributes), frozenset(modules)
+
+
 def global_names(code) -> tuple:
-    """The globals a code object (and the comprehensions and functions inside it) loads
-    or stores; co_names alone also holds attribute names."""
-    names = [i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "STORE_GLOBAL",
-                                                                          "DELETE_GLOBAL")]
-    for const in code.co_consts:
-        if hasattr(const, "co_code"):
-            names.extend(global_names(const))
-    return tuple(dict.fromkeys(names))
+    return names_of(code)[0]
 
 
-@functools.lru_cache(maxsize=1024)
 def attribute_names(code) -> frozenset:
-    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR",
-                                                                          "DELETE_ATTR")}
-    for const in code.co_consts:
-        if hasattr(const, "co_code"):
-            names |= attribute_names(const)
-    return frozenset(names)
+    return names_of(code)[1]
 
 
 def line_of(frame) -> str:

@@ -44,6 +44,7 @@ from . import verify as verifying
 from .build import Unsupported, build
 from .step import FAILS, STALE
 from .arguments import Call, Plain, traced_arguments, untraced
+from .numpy_args import TracedArray
 from .code import global_names
 from .places import same_rng_state
 from .tracing import Tracer
@@ -252,6 +253,7 @@ class JitFunction:
                 _close(result, world, call)
         finally:
             restore()
+        world.library_classes()
         why = _host_effects(recorder, tracer, world, rng, py_rng) or call.changed_containers()
         world.exempt_keys(*_exemptions(recorder, tracer, world))
         world.unguard_grads(recorder.grads_set, {id(t) for t, _ in recorder.readers.values()})
@@ -263,7 +265,7 @@ class JitFunction:
             why = str(e)
         result = untraced(result, call)
         for container, key, now in world.diff() if call.values else ():  # (what it kept: the user's arrays)
-            if getattr(now, "_needle", None) is not None:
+            if isinstance(now, TracedArray):
                 container[key] = untraced(now, call)
         if why is not None:
             self._run_plainly(f"{why}, which a replay cannot repeat")

@@ -150,19 +150,23 @@ def traced(array: np.ndarray, tracer, number: int) -> TracedArray:
     return out
 
 
-def recipe_of(array, values: dict):
-    """How to compute `array` (what Tensor() was given) from a call's numpy arguments: a
-    function of `values`, or None when it is no numpy argument (nor computed from one);
-    raises ValueError when it is but needle did not see how (a computation numpy made in
-    C, say), or the recipe does not give it back bit for bit."""
+def recipe_of(array, values: dict, held=()):
+    """How to compute `array` (what Tensor() was given) from a call's numpy arguments, or
+    read it from an array the step's state holds (`held`: read again at each replay, a
+    buffer refilled between calls): a function of `values`, or None when it is neither
+    (a constant); raises ValueError when it is but needle did not see how (a computation
+    numpy made in C, say), or the recipe does not give it back bit for bit."""
     tag = getattr(array, "_needle", None)
     if tag is None:
-        for number, root in values.items():  # (np.asarray(argument): a plain view of it)
-            if isinstance(array, np.ndarray) and np.may_share_memory(array, root):
+        if not isinstance(array, np.ndarray):
+            return None
+        roots = [(f"numpy argument {n}", root, lambda v, n=n: v[n]) for n, root in values.items()]
+        for what, root, read in roots + [("a numpy array the step reads", a, lambda v, a=a: a) for a in held]:
+            if np.may_share_memory(array, root):  # (np.asarray(argument), a slice of a buffer)
                 view = _view_in(array, root)
                 if view is None:
-                    raise ValueError(f"numpy argument {number} seen through a view needle cannot repeat")
-                return functools.partial(_viewed, lambda v, n=number: v[n], view)
+                    raise ValueError(f"{what} seen through a view needle cannot repeat")
+                return functools.partial(_viewed, read, view)
         return None
     recipe = tag[2]
     try:

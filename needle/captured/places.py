@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import random
+import weakref
 
 import numpy as np
 
@@ -43,6 +44,43 @@ class Attrs:
 
     def __delitem__(self, name) -> None:
         delattr(self.obj, name)
+
+
+class Read:
+    """A value read through a function — what a weak reference refers to, a ContextVar's
+    value, a ctypes number's — as a namespace of one key, "value" (a
+    guard; never written)."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, read):
+        self.read = read
+
+    def __getitem__(self, name):
+        return self.read()
+
+    def get(self, name, default=None):
+        return self.read()
+
+    def __contains__(self, name) -> bool:
+        return name == "value"
+
+
+def reader(obj):
+    """The function a Read of `obj` calls (no strong reference to an object held weakly)."""
+    if isinstance(obj, weakref.ref):
+        return obj
+    if hasattr(obj, "get") and hasattr(obj, "set"):  # (a ContextVar)
+        return lambda: obj.get(MISSING)
+    return lambda: obj.value
+
+
+def class_of(obj):
+    """A function giving `obj` (so its class now), holding it weakly where it can."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 class GradOf:
@@ -156,6 +194,8 @@ def where_of(container, key) -> tuple:
         return id(container.tensor), "grad"
     if isinstance(container, Cell):
         return id(container.cell), 0
+    if isinstance(container, Attrs):
+        return id(container.obj), key
     return id(container), key
 
 

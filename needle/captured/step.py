@@ -19,6 +19,7 @@ return value, each made anew so earlier results stay valid).
 """
 from __future__ import annotations
 
+import collections
 from operator import attrgetter, is_
 
 from ..autograd import Tensor
@@ -201,9 +202,12 @@ class CapturedStep:
         value = self.make(template, bound)
         if kind == "input grad":
             bound[2].inputs[container].grad = value
-        elif key is ALL:  # (a list, deque or set that changed length: its new members)
-            container.clear()
-            container.update(value) if isinstance(container, (set, dict)) else container.extend(value)
+        elif key is ALL:  # (a list, deque, set or buffer that changed: its new members)
+            if isinstance(container, (set, collections.deque)):
+                container.clear()
+                container.update(value) if isinstance(container, set) else container.extend(value)
+            else:
+                container[:] = value
         elif value is MISSING:  # (a key the call deleted: dict.clear(), del obj.attr)
             try:
                 del container[key]
@@ -247,6 +251,8 @@ class CapturedStep:
             return template[1](bound[2].values)
         if kind == "arg":
             return bound[2].flat[template[1]]
+        if kind == "part":
+            return bound[2].parts[template[1]]
         if kind == "was":  # the Tensor a source slot held when the call began
             return bound[1][template[1]]
         if kind == "dict":

@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from .code import attribute_names, global_names, is_user_code, line_of
+from .code import is_user_code, line_of, names_of
 
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HOST_BUILTINS = {print, input, open, next, breakpoint}
@@ -70,13 +70,17 @@ class Tracer:
 
     def _enter(self, frame, code) -> None:
         where = os.path.basename(code.co_filename)
-        self.world.add_globals(frame.f_globals, global_names(code), f"<globals of {where}>")
+        globals_, attributes, modules = names_of(code)
+        self.world.add_globals(frame.f_globals, globals_, f"<globals of {where}>")
+        for name in modules:  # (imported inside, or looked up in sys.modules)
+            if sys.modules.get(name) is not None:
+                self.world.add(sys.modules[name], name)
         if code.co_freevars:  # (values only: the cells of a function not reached otherwise)
             values = frame.f_locals
             for name in code.co_freevars:
                 if name in values and name != "__class__":
                     self.world.add(values[name], name)
-        self.attributes |= attribute_names(code)
+        self.attributes |= attributes | self.world.attribute_names
         self.world.namespace_attributes(self.attributes)
         self.settle()  # (state found pending: computed before this code reads it)
 

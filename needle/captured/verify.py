@@ -9,13 +9,15 @@ and the call; otherwise the plain call's outcome stands (it is the same).
 from __future__ import annotations
 
 import collections
+import copy as copying
 import random
+import types
 
 import numpy as np
 
 from ..autograd import Tensor
 from .step import FAILS, STALE
-from .places import MISSING, SIMPLE, path_of
+from .places import MISSING, SIMPLE, Read, path_of
 
 
 class Snapshot:
@@ -23,7 +25,8 @@ class Snapshot:
 
     def __init__(self, world, call):
         self.world, self.call = world, call
-        self.boxes = [(box, box.copy()) for box, _, _ in world.boxes]
+        self.boxes = [(box, dict(box) if isinstance(box, types.MappingProxyType) else copying.copy(box))
+                      for box, _, _ in world.boxes]
         self.cells = [(cell, _contents(cell)) for cell in world.cells]
         self.globals = [(ns, {n: ns.get(n, MISSING) for n in names}) for ns, names, _, _ in world.globals]
         self.tensors = [(t, t._cached_data, t.grad, t.requires_grad) for t in _tensors_now(world, call)]
@@ -36,12 +39,21 @@ class Snapshot:
                     continue
             except Exception:  # (a member whose == raises: restore it)
                 pass
-            if isinstance(box, (list, collections.deque)):
-                box.clear()
-                box.extend(copy)
-            else:
+            if isinstance(box, types.MappingProxyType):  # (a class's attributes: set again one by one)
+                owner = self.world._class_of[id(box)]
+                for key in set(box) - set(copy):
+                    delattr(owner, key)
+                for key, value in copy.items():
+                    if box.get(key, MISSING) is not value:
+                        setattr(owner, key, value)
+            elif isinstance(box, (dict, set)):
                 box.clear()
                 box.update(copy)
+            elif isinstance(box, collections.deque):
+                box.clear()
+                box.extend(copy)
+            else:  # (a list, a byte buffer, an array.array)
+                box[:] = copy
         for cell, value in self.cells:
             if _contents(cell) is not value:
                 if value is MISSING:
@@ -49,6 +61,8 @@ class Snapshot:
                 else:
                     cell.cell_contents = value
         for ns, values in self.globals:
+            if isinstance(ns, Read):  # (read through a call: a replay never writes there)
+                continue
             for name, value in values.items():
                 if ns.get(name, MISSING) is value:
                     continue

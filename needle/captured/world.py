@@ -20,17 +20,22 @@ Attributes read at each replay (an optimizer's lr) or advanced by replay callbac
 """
 from __future__ import annotations
 
+import array
 import collections
+import contextvars
+import ctypes
 import functools
+import operator
 import random
 import types
-from operator import attrgetter, eq
+import weakref
+from operator import attrgetter, call, eq
 
 import numpy as np
 
 from ..autograd import Tensor
 from .code import user_namespace
-from .places import (ALL, MISSING, SIMPLE, Attrs, Cell, GradOf, Slot, path_of, rng_state, same_layout,
+from .places import (ALL, MISSING, SIMPLE, Attrs, Cell, GradOf, Read, Slot, class_of, path_of, reader, rng_state, same_layout,
                      pin, pinned_copy, same_rng_state, short, unpin)
 
 #: objects the walk does not enter (their identity is guarded where they are held)
@@ -57,7 +62,13 @@ class World:
         self.rngs = []         # (numpy Generator or RandomState, state, path)
         self.exempt = set()    # (id(container), key): no guard, no effect
         self.advance = []      # (box entry, key) of exempt attributes replay callbacks change
-        self.namespaces = []   # the user's classes and modules met (see `namespace_attributes`)
+        self.namespaces = []   # the modules met (see `namespace_attributes`)
+        self.host_arrays = []  # the numpy arrays met (a Tensor made from one reads it at each replay)
+        self.attribute_names = set()  # attribute names the objects met read (an operator.attrgetter)
+        self._classes = set()  # ids of the classes guarded ...
+        self._library_classes = []
+        self._class_refs, self._class_then, self._class_paths = [], [], []  # (each object's class: a guard)
+        self._class_of = {}    # ... and id(its mapping proxy, a box) -> the class
         self.pending = []      # Tensors found with pending data (see `settle`)
         self.initial = {}      # id(Tensor held) -> its _cached_data when found
         self.moved = False     # changed() let a slot hold another Tensor: aliases need a look
@@ -73,11 +84,6 @@ class World:
             value, path = stack.pop()
             if isinstance(value, SIMPLE) or id(value) in self._seen:
                 continue
-            if isinstance(value, OPAQUE):
-                if isinstance(value, (type, types.ModuleType)) and user_namespace(value):
-                    self._seen.add(id(value))
-                    self.namespaces.append(value)  # (their attributes the step reads: see `namespace_attributes`)
-                continue
             if isinstance(value, Tensor):
                 self._hold(value)
                 continue
@@ -90,14 +96,27 @@ class World:
                 items = value.items() if isinstance(value, dict) else enumerate(value)
                 for key, v in items:
                     self._item(value, key, v, path_of(path, key), stack)
-            elif isinstance(value, (set, frozenset)):
-                if isinstance(value, set):
-                    self._box(value, set(value), path)
             elif isinstance(value, tuple):
                 stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
+            elif isinstance(value, type):  # (a class: its methods and attributes, for every class it inherits)
+                for klass in value.__mro__[:-1]:
+                    if id(klass) not in self._classes:
+                        self._classes.add(id(klass))
+                        if user_namespace(klass):
+                            self._class_box(klass)
+                        else:  # (needle's own classes: snapshot after the call, whose profiling stamps them)
+                            self._library_classes.append(klass)
+            elif isinstance(value, types.ModuleType):
+                self.namespaces.append(value)  # (the attributes its users read: see `namespace_attributes`)
+            elif isinstance(value, OPAQUE):
+                continue
+            elif isinstance(value, (set, frozenset, bytearray, array.array, types.MappingProxyType)):
+                if not isinstance(value, frozenset):
+                    self._box(value, _copy(value), path)
             elif isinstance(value, np.ndarray):
                 if value.size <= ARRAY_GUARD_SIZE:
                     self.arrays.append((value, value.copy(), path))
+                self.host_arrays.append(value)
             elif isinstance(value, (np.random.Generator, np.random.RandomState, random.Random)):
                 self.rngs.append((value, rng_state(value), path))
             elif isinstance(value, functools.partial):
@@ -107,16 +126,34 @@ class World:
                 stack.extend([(value.__self__, path), (value.__func__, path)])
             elif isinstance(value, types.FunctionType):
                 self.add_function(value, path, stack)
-            elif getattr(type(value), "holds_no_state", False):
-                continue
-            else:
-                if hasattr(value, "__dict__"):
-                    stack.append((value.__dict__, path))
+            elif isinstance(value, operator.attrgetter):  # (names it reads: guarded where they are)
+                self.attribute_names |= {n for name in value.__reduce__()[1] for n in name.split(".")}
+            elif isinstance(value, (weakref.ref, contextvars.ContextVar, ctypes._SimpleCData)):
+                self.add_globals(Read(reader(value)), ("value",), path)  # (what it refers to, or holds)
+            elif not getattr(type(value), "holds_no_state", False):
+                own = _own_dict(value)
+                if own is not None:
+                    stack.append((own, path))
                 slots = [n for k in type(value).__mro__ for n in getattr(k, "__slots__", ()) if n != "__dict__"
                          and n != "__weakref__"] if user_namespace(type(value)) else ()
                 if slots:
                     self.add_globals(Attrs(value, raw=False), slots, path)
+                self._class_refs.append(class_of(value))  # (`obj.__class__ = Other`)
+                self._class_then.append(type(value))
+                self._class_paths.append(path)
                 stack.append((type(value), path + ".__class__"))
+
+    def _class_box(self, klass) -> None:
+        proxy = klass.__dict__
+        self._class_of[id(proxy)] = klass
+        self._box(proxy, _copy(proxy), getattr(klass, "__qualname__", "a class"))
+
+    def library_classes(self) -> None:
+        """Guard the library classes met (a method monkeypatched between calls), as they
+        are after the capture call."""
+        for klass in self._library_classes:
+            self._class_box(klass)
+        self._library_classes = []
 
     def _box(self, box, snapshot, path) -> None:
         self.boxes.append([box, snapshot, path])
@@ -170,11 +207,15 @@ class World:
                 self.initial[id(t)] = t._cached_data
 
     def add_function(self, fn, path: str, stack=None) -> None:
-        """A function's closure cells (guards: the objects they hold) and defaults."""
+        """A function's code, closure cells (guards: the objects they hold), defaults and
+        attributes."""
         names = fn.__code__.co_freevars
         for name, cell in zip(names, fn.__closure__ or ()):
             self.add_cell(cell, path_of(path, name))
+        self.add_globals(Attrs(fn, raw=False), ("__code__", "__defaults__", "__kwdefaults__"), path)
         stack = stack if stack is not None else []
+        if fn.__dict__:
+            stack.append((fn.__dict__, path + ".__dict__"))
         if fn.__defaults__:
             stack.append((fn.__defaults__, path + ".__defaults__"))
         if fn.__kwdefaults__:
@@ -191,22 +232,20 @@ class World:
             value = MISSING
         self.cells.append(cell)
         self.cell_values.append(pin(value))
+        if isinstance(value, str) and value.isidentifier():
+            self.attribute_names.add(value)  # (a name the step may look up: getattr(module, name))
         if value is not MISSING:
             self._item(Cell(cell), 0, value, path, stack := [])
             while stack:
                 self.add(*stack.pop())
 
     def namespace_attributes(self, names) -> None:
-        """The attributes `names` (read by the step's code) of the user's classes and
-        modules met so far (class attributes read through `self`, `config.SCALE`)."""
-        for value in self.namespaces:
-            for klass in (value.__mro__ if isinstance(value, type) else (value,)):
-                if klass is object or not user_namespace(klass):
-                    continue
-                found = [n for n in names if n in klass.__dict__ and not isinstance(
-                    klass.__dict__[n], (types.FunctionType, staticmethod, classmethod, property))]
-                if found:
-                    self.add_globals(Attrs(klass), found, getattr(klass, "__qualname__", getattr(klass, "__name__", "")))
+        """The attributes `names` (read by the step's code) of the modules met so far
+        (`config.SCALE`, `ops.relu`): a module rebinding one is a change the step sees."""
+        for module in self.namespaces:
+            found = [n for n in names if n in module.__dict__]
+            if found:
+                self.add_globals(module.__dict__, found, module.__name__)
 
     def add_globals(self, namespace, names, path: str = "") -> None:
         """The names `names` of a namespace (a module's globals, an Attrs): bindings guarded
@@ -242,8 +281,10 @@ class World:
                 return False
         if list(map(_grad, self.grad_holders)) != self.grads or list(map(_flag, self.holders)) != self.flags:
             return False
-        for array, copy, _ in self.arrays:
-            if not np.array_equal(array, copy):
+        if list(map(type, map(call, self._class_refs))) != self._class_then:
+            return False
+        for values, copy, _ in self.arrays:
+            if not np.array_equal(values, copy):
                 return False
         return True
 
@@ -256,16 +297,20 @@ class World:
             box, snapshot, path = entry
             if _equal(box, snapshot):
                 continue
-            if not isinstance(box, dict) or len(box) != len(snapshot):
-                if not (isinstance(box, list) and len(box) == len(snapshot)
-                        and all(same_layout(unpin(a), b) for a, b in zip(snapshot, box))):
+            mapping = isinstance(box, (dict, types.MappingProxyType))
+            if not mapping or len(box) != len(snapshot):
+                if not isinstance(box, list) or len(box) != len(snapshot):
                     return (id(box), ALL), f"{path or 'a container'} (was {short(list(map(unpin, snapshot)))}, " \
                                            f"now {short(box)})"
+                for i, (before, now) in enumerate(zip(snapshot, box)):
+                    if not same_layout(unpin(before), now):
+                        return (id(box), i), f"{path_of(path, i)} (was {short(unpin(before))}, now {short(now)})"
             else:
+                owner = id(self._class_of.get(id(box), box))  # (a class's attribute: where_of(Attrs(class)))
                 for key, before in snapshot.items():
                     now, before = box.get(key, MISSING), unpin(before)
                     if (id(box), key) not in self.exempt and not same_layout(before, now):
-                        return (id(box), key), f"{path_of(path, key)} (was {short(before)}, now {short(now)})"
+                        return (owner, key), f"{path_of(path, key)} (was {short(before)}, now {short(now)})"
             _refill(entry[1], box)
             self.moved = True
         now = _contents(self.cells) if self.cells else []
@@ -289,9 +334,12 @@ class World:
                 return (id(t), "grad"), f"the .grad of a {t.shape} tensor (was {short(self.grads[i])}, " \
                                         f"now {short(t.grad)})"
             self.grads[i] = t.grad
-        for array, copy, path in self.arrays:
-            if not np.array_equal(array, copy):
-                return (id(array), ALL), f"the numpy array {path} (its values)"
+        for values, copy, path in self.arrays:
+            if not np.array_equal(values, copy):
+                return (id(values), ALL), f"the numpy array {path} (its values)"
+        for ref, then, path in zip(self._class_refs, self._class_then, self._class_paths):
+            if type(ref()) is not then:
+                return (id(ref), "__class__"), f"the class of {path} (was {then.__name__})"
         self.moved = True  # (what replays remembered of the last one is to be looked up again)
         return None
 
@@ -304,11 +352,12 @@ class World:
         for box, snapshot, _ in self.boxes:
             if _equal(box, snapshot):
                 continue
-            if isinstance(box, dict):
+            if isinstance(box, (dict, types.MappingProxyType)):
+                target = Attrs(self._class_of[id(box)]) if id(box) in self._class_of else box
                 for key in set(snapshot) | set(box):
                     now, before = box.get(key, MISSING), unpin(snapshot.get(key, MISSING))
                     if now is not before and (id(box), key) not in self.exempt:
-                        found.append((box, key, now))
+                        found.append((target, key, now))
             elif isinstance(box, list) and len(box) == len(snapshot):
                 found.extend((box, i, now) for i, (now, before) in enumerate(zip(box, snapshot))
                              if now is not unpin(before))
@@ -320,9 +369,9 @@ class World:
                 found.append((Cell(cell), 0, now))
         for namespace, names, values, _ in self.globals:
             for name, before in zip(names, values):
-                now = namespace.get(name, MISSING)
-                if now is not unpin(before):
-                    found.append((namespace, name, now))
+                now, before = namespace.get(name, MISSING), unpin(before)
+                if now is not before and not (isinstance(now, SIMPLE) and type(now) is type(before) and now == before):
+                    found.append((namespace, name, now))  # (a Read's float is a new object at each read)
         for t, before in zip(self.holders, self.grads_before):
             if t.grad is not before:
                 found.append((GradOf(t), "grad", t.grad))
@@ -409,11 +458,31 @@ def _contents(cells) -> list:
     return out
 
 
+def _own_dict(obj):
+    """An object's `__dict__` (a thread-local's: this thread's), without running its
+    `__getattr__` (None when it has none)."""
+    try:
+        own = type(obj).__getattribute__(obj, "__dict__")
+    except Exception:
+        return None
+    return own if isinstance(own, dict) else None
+
+
+def _copy(box):
+    """A snapshot of a set, a byte buffer, an array.array or a mapping proxy."""
+    if isinstance(box, types.MappingProxyType):
+        return {k: pin(v) for k, v in box.items()}
+    return array.array(box.typecode, box) if isinstance(box, array.array) else type(box)(box)
+
+
 def _refill(snapshot, box) -> None:
     """`snapshot` made equal to `box` in place (holds() keeps the snapshot object)."""
-    snapshot.clear()
-    fresh = pinned_copy(box)
-    snapshot.update(fresh) if isinstance(snapshot, (dict, set)) else snapshot.extend(fresh)
+    fresh = pinned_copy(box) if isinstance(box, (dict, list, collections.deque)) else _copy(box)
+    if isinstance(snapshot, (dict, set)):
+        snapshot.clear()
+        snapshot.update(fresh)
+    else:
+        snapshot[:] = fresh
 
 
 def _equal(box, snapshot) -> bool:
