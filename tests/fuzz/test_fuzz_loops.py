@@ -1,14 +1,14 @@
-"""A sample of the training-loop fuzzer (tests/fuzz/loops.py) in CI: random models,
+"""A sample of the training-loop fuzzer (tests/fuzz/training_loops.py) in CI: random models,
 optimizers, schedulers and habits, each program plain against jitted with every replay
 verified; none may be silently different or fail only when jitted.  A long run:
-`python tests/fuzz/loops.py --programs 1000 --seed 0`."""
+`python tests/fuzz/training_loops.py --programs 1000 --seed 0`."""
 import os
 
 import pytest
 
 import needle as ndl
 
-from loops import program, verdict
+from training_loops import program, verdict
 
 PROGRAMS = int(os.environ.get("FUZZ_LOOPS", 24))
 

@@ -6,7 +6,7 @@ Verdicts: "equal" (and how many replays), "plain" (needle said it runs without c
 allowed), "silent" (different results, no warning: the bug class this hunts), "error"
 (the jitted run raised where the plain run did not, verify's JitError included).
 
-    python tests/fuzz/loops.py --programs 500 --seed 0      # a long run, counts at the end
+    python tests/fuzz/training_loops.py --programs 500 --seed 0      # a long run, counts at the end
 """
 from __future__ import annotations
 
