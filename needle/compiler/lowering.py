@@ -127,6 +127,8 @@ class Lowering:
             picked = tuple(self.index_value(ix, index[axis:axis + i_ndim], srcs[0].shape[axis + d])
                            for d, ix in enumerate(srcs[1:]))
             return self.gen(srcs[0], index[:axis] + picked + index[axis + i_ndim:])
+        if id(node) in self.accs:  # a stage of this kernel read as it is (the root is the last stage)
+            return self.accs[id(node)]
         raise ValueError(f"lowering: cannot inline {op} (it should have been stored)")
 
     def view_read(self, vnode, index):

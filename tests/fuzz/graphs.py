@@ -16,7 +16,9 @@ Strategies (hypothesis):
 Op families covered: elementwise unary (neg, exp, log|x|, relu, sigmoid, tanh,
 sqrt, powers), scalar ops in both orders, binary ops with numpy broadcasting
 (operands drawn as existing variables or new inputs of a broadcastable shape),
-summation / mean / max / logsumexp over axes with keepdims, reshape (with -1),
+summation / mean / max / logsumexp over axes with keepdims, a reduction of what reads a
+reduction over the same axes and two reductions of one operand (on wide trailing axes
+too), reshape (with -1),
 transpose, permute, broadcast_to, getitem (ints, steps, negative steps, None,
 Ellipsis), pad, flip, dilate, split, concatenate, stack, and matmul (2-D and
 batched, batch dims broadcast both ways).  Graphs are DAGs: any earlier variable
@@ -138,6 +140,15 @@ OPS = {
     "max": Op("ndl.ops.max({a}, axes={axes}, keepdims={keepdims})",
               "np.max({a}, axis={axes}, keepdims={keepdims})", family="reduce"),
     "logsumexp": Op("ndl.ops.logsumexp({a}, axes={axes})", "np_logsumexp({a}, {axes})", family="reduce"),
+    # a reduction of what reads a reduction over the same axes (a column softmax's sum, a
+    # variance), and two reductions of one operand: kernels with several stages (on wide
+    # trailing axes too, where reductions over other axes take the column strategy)
+    "centered": Op("nd_centered({a}, {inner}, {outer}, {axes}, {keepdims})",
+                   "np_centered({a}, {inner}, {outer}, {axes}, {keepdims})", family="reduce_twice"),
+    "sum_and_max": Op("ndl.ops.summation({a}, axes={axes}, keepdims={keepdims}) + "
+                      "ndl.ops.max({a}, axes={axes}, keepdims={keepdims})",
+                      "np.sum({a}, axis={axes}, keepdims={keepdims}) + np.max({a}, axis={axes}, keepdims={keepdims})",
+                      family="reduce_twice"),
     # movement
     "reshape": Op("ndl.ops.reshape({a}, {shape})", "np.reshape({a}, {shape})", family="movement"),
     "transpose": Op("ndl.ops.transpose({a}, {axes})", "np_transpose({a}, {axes})", family="movement"),
@@ -323,8 +334,9 @@ def pick_one(draw, options):
 
 
 FORWARD_OPS = tuple(OPS)
-#: gradient programs: every op (those that divide or take logs use their safe templates)
-GRADIENT_OPS = tuple(OPS)
+#: gradient programs: every op (those that divide or take logs use their safe templates), but
+#: a max of a sum and a max (ties in its gradient)
+GRADIENT_OPS = tuple(op for op in OPS if op != "sum_and_max")
 GRADIENT_SCALARS = (2.0, 0.5, -1.5, 3.0, 1.0, 0.0, -0.25)
 
 
@@ -455,6 +467,27 @@ class _Builder:
         params = {"axes": self._axes(shape, nonempty=name in ("max", "logsumexp"))}
         if name != "logsumexp":
             params["keepdims"] = self.draw(st.booleans())
+        return [a], params
+
+    def _reduce_twice(self, name):
+        """Half the time a new input with a wide last axis (8, 9 or 16: the column strategy
+        of reductions over the other axes), reduced twice over the same nonempty axes."""
+        if self.draw(st.booleans()):
+            a = self.new_input(tuple(pick_one(self.draw, (2, 3, 4)) for _ in range(pick_one(self.draw, (1, 2))))
+                               + (pick_one(self.draw, (8, 9, 16)),))
+        else:
+            a = self.pick(lambda s: len(s) > 0 and min(s) > 0)
+            if a is None:
+                return None
+        shape = self.prog.shapes[a]
+        axes = self._axes(shape, nonempty=True)
+        if axes == () or (axes is None and not shape):
+            return None
+        params = {"axes": axes, "keepdims": self.draw(st.booleans())}
+        if name == "centered":
+            inner = ("sum", "mean") if self.gradient else ("max", "sum", "mean")
+            params.update(inner=pick_one(self.draw, inner), outer=pick_one(self.draw, ("sum", "mean", "max")
+                                                                             if not self.gradient else ("sum", "mean")))
         return [a], params
 
     def _movement(self, name):

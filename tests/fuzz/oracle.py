@@ -89,6 +89,8 @@ class Bounds:
             return e, u
         if family == "reduce":
             return self._reduce(step, a, Ea, Ua, v)
+        if family == "reduce_twice":
+            return self._reduce_twice(step, a, Ea, Ua, v)
         if op == "matmul":
             return self._matmul(args, v)
         if self.gradient and op in ("log_abs", "sqrt", "pow", "rdiv_scalar", "div"):
@@ -183,6 +185,24 @@ class Bounds:
             e = red(Ea, np.max) + (n + 8) * self.u + self._rounding(v)
             return e, red(Ua, np.any)
         raise AssertionError(step.op)
+
+    def _reduce_twice(self, step, a, Ea, Ua, v):
+        """Two reductions composed, each bounded as `_reduce` bounds one."""
+        p = step.p
+        axes = _axes_tuple(p["axes"], a.ndim) if a.ndim else ()
+
+        def reduce(op, x, Ex, Ux, keepdims):
+            value = {"sum": np.sum, "mean": np.mean, "max": np.max}[op](x, axis=axes, keepdims=keepdims) \
+                if axes else x
+            params = (("axes", p["axes"]), ("keepdims", keepdims))
+            return (value,) + self._reduce(Step(op, step.args, params), x, Ex, Ux, value)
+        if step.op == "sum_and_max":
+            _, es, us = reduce("sum", a, Ea, Ua, p["keepdims"])
+            _, em, um = reduce("max", a, Ea, Ua, p["keepdims"])
+            return es + em + self._rounding(v), us | um
+        c, ec, uc = reduce(p["inner"], a, Ea, Ua, True)
+        d = a - c
+        return reduce(p["outer"], d, Ea + ec + self._rounding(d), Ua | uc, p["keepdims"])[1:]
 
     def _matmul(self, args, v):
         A, B = self.values[args[0]], self.values[args[1]]
