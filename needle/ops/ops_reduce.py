@@ -108,7 +108,11 @@ class Max(TensorOp):
         a = node.inputs[0]
         axes = normalize_axes("max", self.axes, len(a.shape), a.shape)
         kept = tuple(1 if i in axes else s for i, s in enumerate(a.shape))
-        mask = equal_mask(a, broadcast_to(reshape(node.detach(), kept), a.shape))
+        # which elements are maximal, from the operand's values as this backward computes them:
+        # compared with the forward's stored max, an operand recomputed in another kernel (not
+        # stored by the forward's schedule) may round otherwise, match nowhere, and give 0 / 0
+        value = a.detach()
+        mask = equal_mask(value, broadcast_to(Max(axes, keepdims=True)(value), a.shape))
         count = broadcast_to(summation(mask, axes, keepdims=True), a.shape)
         return broadcast_to(reshape(out_grad, kept), a.shape) * mask / count
 
