@@ -227,6 +227,19 @@ class Value:
         return value
 
 
+def _holds_bools(array) -> bool:
+    if isinstance(array, (bool, numpy.bool_)):
+        return True
+    if isinstance(array, numpy.ndarray):
+        return array.dtype == numpy.bool_
+    if isinstance(array, (list, tuple)) and array:
+        try:
+            return numpy.asarray(array).dtype == numpy.bool_
+        except ValueError:  # (ragged: an error of its own, later)
+            return False
+    return False
+
+
 def host_argument(x, what: str):
     """`x` (an array-like an op reads on the host: labels, indices) as that op should
     take it: unchanged, except inside a call needle.jit is capturing, where a numpy
@@ -327,7 +340,10 @@ class Tensor(TensorMethods, Value):
         else:
             if device is None:
                 device = array.device if isinstance(array, NDArray) and BACKEND == "nd" else cpu()
-            # the course's numpy backend keeps numpy's dtype when none is given (float64 lists)
+            # the course's numpy backend keeps numpy's dtype when none is given (float64 lists);
+            # booleans stay booleans (masks, as torch)
+            if dtype is None and BACKEND != "np" and _holds_bools(array):
+                dtype = "bool"
             dtype = None if dtype is None and BACKEND == "np" else dtype_name(dtype)
             cached_data = Tensor._array_from_numpy(array, device=device, dtype=dtype)
             if _capture.CURRENT is not None:  # (needle.jit: an argument's values, or a constant)

@@ -1,9 +1,8 @@
 """Comparisons, argmax/argmin and the everyday reductions built from primitives.
 
-Comparisons give float 0/1 in the operands' float dtype (int operands give
-float32), as constants: they have no gradient, like PyTorch's bool results.  A
-comparison's result is marked `is_comparison`, so indexing with it selects (a
-boolean mask) instead of gathering positions 0 and 1.
+Comparisons give bool tensors, as torch and numpy do, as constants (no gradient): a
+bool tensor indexes as a mask, and in arithmetic it counts as float32 0/1
+(tensor_methods).
 """
 from __future__ import annotations
 
@@ -45,7 +44,7 @@ class Compare(TensorOp):
         return self.op
 
     def compute(self, a, b=None):
-        return _compare_arrays(self.op, a, self.scalar if b is None else b)
+        return A.astype(_compare_arrays(self.op, a, self.scalar if b is None else b), "bool")
 
     def gradient(self, out_grad, node):
         return tuple(None for _ in node.inputs)
@@ -56,7 +55,7 @@ def _float(t: Tensor) -> Tensor:
 
 
 def compare(op: str, a: Tensor, b) -> Tensor:
-    """`a <op> b` for op in lt le gt ge eq ne: a constant float 0/1 tensor."""
+    """`a <op> b` for op in lt le gt ge eq ne: a constant bool tensor."""
     a = _float(a).const_of()
     if isinstance(b, (numbers.Number, np.generic)) and not isinstance(b, bool):
         out = Compare(op, b)(a)
@@ -67,7 +66,6 @@ def compare(op: str, a: Tensor, b) -> Tensor:
         if b.dtype != a.dtype:
             b = astype(b, a.dtype)
         out = Compare(op)(a, b)
-    out.is_comparison = True
     return out
 
 
@@ -145,8 +143,8 @@ class Abs(TensorOp):
 
     def gradient(self, out_grad, node):
         a = node.inputs[0]
-        sign = compare("gt", a, 0) - compare("lt", a, 0)
-        return out_grad * astype(sign, out_grad.dtype)
+        sign = astype(compare("gt", a, 0), out_grad.dtype) - astype(compare("lt", a, 0), out_grad.dtype)
+        return out_grad * sign
 
 
 def absolute(a: Tensor) -> Tensor:

@@ -262,7 +262,7 @@ def _is_basic(i) -> bool:
 def is_mask(i) -> bool:
     """A boolean index: bool data, or a Tensor made by a comparison (float 0/1)."""
     if isinstance(i, Tensor):
-        return i.dtype == "bool" or getattr(i, "is_comparison", False)
+        return i.dtype == "bool"
     return not _is_basic(i) and np.asarray(i).dtype == np.bool_
 
 
@@ -332,6 +332,11 @@ def index(a: Tensor, idxs) -> Tensor:
     else:  # numpy puts the broadcast index dims first
         rest = [d for d in range(len(b.shape)) if d not in positions]
         b, axis = permute(b, tuple(positions + rest)), 0
+    for data, _ in arrays:  # (numpy's rule: a float index is an error, not rounded to a position)
+        dtype = data.dtype if isinstance(data, Tensor) else np.asarray(data).dtype
+        if str(dtype).startswith("float"):
+            raise IndexingError(f"getitem: index arrays must hold integers or booleans, got {dtype} "
+                                f"(tensor shape {fmt_shape(a.shape)}); x.long() makes integers")
     try:
         ix = [_index_tensor(data, a.device, "getitem", n) for data, n in arrays]
     except IndexingError as e:

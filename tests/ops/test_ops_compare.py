@@ -14,13 +14,13 @@ COMPARISONS = [("lt", np.less, lambda a, b: a < b), ("le", np.less_equal, lambda
 
 
 @pytest.mark.parametrize("name,reference,apply", COMPARISONS, ids=[c[0] for c in COMPARISONS])
-def test_comparisons_give_float_zero_one_and_no_gradient(device, name, reference, apply):
+def test_comparisons_give_bool_tensors_and_no_gradient(device, name, reference, apply):
     a = tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]], device)
     b = tensor([2.0, 2.0, 2.0], device)   # broadcast
     for other, other_np in ((b, b.numpy()), (2.0, 2.0)):
         out = apply(a, other)
-        assert out.dtype == "float64" and not out.requires_grad
-        np.testing.assert_array_equal(out.numpy(), reference(a.numpy(), other_np).astype(np.float64))
+        assert out.dtype == "bool" and not out.requires_grad
+        np.testing.assert_array_equal(out.numpy(), reference(a.numpy(), other_np))
 
 
 def test_equality_operator_stays_identity(device):
@@ -29,11 +29,30 @@ def test_equality_operator_stays_identity(device):
     assert a in [a] and len({a, a}) == 1
 
 
-def test_comparison_of_int_tensors_is_float32(device):
+def test_comparison_of_int_tensors_is_bool(device):
     a = tensor([1, 5, 3], device, dtype="int64", requires_grad=False)
     out = a > 2
-    assert out.dtype == "float32"
-    np.testing.assert_array_equal(out.numpy(), [0.0, 1.0, 1.0])
+    assert out.dtype == "bool"
+    np.testing.assert_array_equal(out.numpy(), [False, True, True])
+
+
+def test_bool_tensors_count_as_0_1_in_arithmetic_and_select_as_masks(device):
+    v = tensor([-0.5, 0.5, 2.0, 0.25], device)
+    both = (v > 0) * (v < 1)  # (and: a mask still, as in numpy and torch)
+    assert both.dtype == "bool" and ((v > 1) + (v < 0)).dtype == "bool"
+    np.testing.assert_array_equal(v[both].numpy(), [0.5, 0.25])
+    np.testing.assert_array_equal(((v > 0) * 2.0).numpy(), [0, 2, 2, 2])
+    np.testing.assert_array_equal(((v > 0) + v).numpy(), v.numpy() + (v.numpy() > 0))
+    assert ((v > 0) + v).dtype == v.dtype and (v > 0).sum().numpy() == 3
+    mask = ndl.Tensor(np.array([True, False, True, False]), device=device)
+    assert mask.dtype == "bool"
+    np.testing.assert_array_equal(v[mask].numpy(), v.numpy()[[0, 2]])
+
+
+def test_a_float_index_raises_as_in_numpy(device):
+    v = tensor([1.0, 2.0, 3.0], device)
+    with pytest.raises(ndl.errors.IndexingError, match="integers or booleans, got float"):
+        v[tensor([0.0, 2.0], device)]
 
 
 @pytest.mark.parametrize("axis", [None, 0, 1, -1])
