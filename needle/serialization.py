@@ -70,11 +70,18 @@ def save(obj: Any, path: Union[PathLike, io.IOBase]) -> None:
     try:
         with os.fdopen(fd, "wb") as f:  # a file object, so numpy does not append ".npz"
             np.savez(f, **members)
+        os.chmod(tmp, 0o666 & ~_umask())  # (mkstemp's file is 0600: as open() would make it)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 # ---- decoding -----------------------------------------------------------------------------

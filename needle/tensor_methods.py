@@ -195,7 +195,7 @@ class TensorMethods:
         return _ops().var(self, axes, keepdims=keepdims, correction=1 if unbiased else 0)
 
     def std(self, axes=None, keepdims=False, unbiased=True):
-        return _ops().sqrt(self.var(axes, keepdims=keepdims, unbiased=unbiased))
+        return _ops().StdSqrt()(self.var(axes, keepdims=keepdims, unbiased=unbiased))
 
     def abs(self):
         return _ops().absolute(self)

@@ -80,20 +80,57 @@ def divide(a, b):
 
 
 class EWisePow(TensorOp):
-    """a ** b elementwise."""
+    """a ** b elementwise.  As torch: no gradient to a where b == 0 (b a^(b-1) is 0 * inf
+    at a == 0), none to b where a == 0 and b >= 0 (a^b log a is 0 * -inf there)."""
 
     def compute(self, a, b):
         return a ** b
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
-        grad_a = out_grad * b * power(a, b - 1)
-        grad_b = out_grad * node * log(a)
+        zero = out_grad * 0
+        grad_a = where(b.eq(0), zero, out_grad * b * power(a, b - 1))
+        grad_b = where(a.eq(0) * (b >= 0), zero, out_grad * node * log(a))
         return unbroadcast(grad_a, a.shape), unbroadcast(grad_b, b.shape)
 
 
 def power(a, b):
     return EWisePow()(a, b)
+
+
+class Where(TensorOp):
+    """`a` where `cond` holds (is nonzero), else `b`, broadcast together; the gradient
+    goes to the operand taken (none to `cond`)."""
+
+    def compute(self, cond, a, b):
+        return A.where(cond, a, b)
+
+    def gradient(self, out_grad, node):
+        cond, a, b = node.inputs
+        zero = out_grad * 0
+        return (None, unbroadcast(where(cond, out_grad, zero), a.shape),
+                unbroadcast(where(cond, zero, out_grad), b.shape))
+
+
+def where(cond, a, b):
+    """torch.where / numpy.where: `a` where `cond`, else `b` (scalars allowed for a, b)."""
+    from ..autograd import Tensor
+    like = a if isinstance(a, Tensor) else b
+    if not isinstance(like, Tensor):
+        like = cond
+    a, b = (x if isinstance(x, Tensor) else Tensor(numpy.full((), x, dtype=numpy.dtype(like.dtype)),
+                                                   device=like.device, dtype=like.dtype, requires_grad=False)
+            for x in (a, b))
+    if a.dtype != b.dtype:
+        from ..errors import DTypeError
+        raise DTypeError(f"where: the operands' dtypes differ ({a.dtype} {tuple(a.shape)} and {b.dtype} "
+                         f"{tuple(b.shape)}); cast one first")
+    if not isinstance(cond, Tensor):
+        cond = Tensor(numpy.asarray(cond), device=a.device, requires_grad=False)
+    shape = numpy.broadcast_shapes(tuple(cond.shape), tuple(a.shape), tuple(b.shape))
+    from .ops_reduce import broadcast_to
+    cond, a, b = (x if tuple(x.shape) == shape else broadcast_to(x, shape) for x in (cond.const_of(), a, b))
+    return Where()(cond, a, b)
 
 
 # ---- elementwise with a scalar ------------------------------------------------------------
@@ -305,6 +342,14 @@ class Sqrt(TensorOp):
 
     def gradient(self, out_grad, node):
         return out_grad / (node * 2)
+
+
+class StdSqrt(Sqrt):
+    """sqrt of a variance: a standard deviation, whose gradient is 0 where it is 0 (torch:
+    all the values equal, so no direction changes it), not 0 / 0."""
+
+    def gradient(self, out_grad, node):
+        return where(node.eq(0), out_grad * 0, out_grad / (node * 2))
 
 
 def sqrt(a):

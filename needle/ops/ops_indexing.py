@@ -86,6 +86,9 @@ def _index_tensor(i, device, op: str, size=None) -> Tensor:
     numpy) is checked against `size` and made non-negative."""
     i = host_argument(i, op)
     if isinstance(i, Tensor):
+        if i.dtype == "bool":
+            raise IndexingError(f"{op}: index arrays must hold integers, got a bool tensor of shape "
+                                f"{fmt_shape(i.shape)}")
         known = _computed_values(i)
         if known is not None:
             _check_range(op, known, size, " (a Tensor index)")
@@ -142,8 +145,19 @@ def scatter_add(values: Tensor, indices, axis: int, sizes) -> Tensor:
     added at the positions the index arrays (a tuple, or one array) name."""
     if not isinstance(indices, tuple):
         indices = (indices,)
-    sizes = tuple(sizes)
+    sizes = (sizes,) if isinstance(sizes, numbers.Integral) else tuple(sizes)
     ix = [_index_tensor(i, values.device, "scatter_add", n) for i, n in zip(indices, sizes)]
+    shape, k = tuple(values.shape), (len(ix[0].shape) if ix else 0)
+    where = f"values of shape {fmt_shape(shape)}, index arrays of shape " + \
+        ", ".join(fmt_shape(i.shape) for i in ix) + f", sizes {sizes}"
+    if len(sizes) != len(ix) or any(i.shape != ix[0].shape for i in ix):
+        raise ShapeError(f"scatter_add: one index array per output size, all of one shape ({where})")
+    if not isinstance(axis, numbers.Integral) or not -(len(shape) - k + 1) <= axis <= len(shape) - k:
+        raise IndexingError(f"scatter_add: axis {axis} does not fit ({where})")
+    axis = int(axis) % (len(shape) - k + 1)  # (-1: the index arrays' axes end at the last)
+    if shape[axis:axis + k] != tuple(ix[0].shape):
+        raise ShapeError(f"scatter_add: the values' axes {axis}..{axis + k - 1} must have the index arrays' "
+                         f"shape ({where})")
     return ScatterAdd(axis, sizes)(values, *ix)
 
 
@@ -228,6 +242,8 @@ def _operand(array, like):
 def pick(a: Tensor, idx) -> Tensor:
     """a[..., idx] row by row: for a of shape rows + (k,) and idx of shape rows,
     out[r] = a[r, idx[r]] (like np.take_along_axis on the last axis, squeezed)."""
+    if not a.shape:
+        raise ShapeError("pick: a 0-d tensor has no axis to pick from (shape ())")
     rows, k = tuple(a.shape[:-1]), a.shape[-1]
     ix = _index_tensor(idx, a.device, "pick", k)
     if tuple(ix.shape) != rows:
