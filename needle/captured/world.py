@@ -118,7 +118,8 @@ class World:
                     self.arrays.append((value, value.copy(), path))
                 self.host_arrays.append(value)
             elif isinstance(value, (np.random.Generator, np.random.RandomState, random.Random)):
-                self.rngs.append((value, rng_state(value), path))
+                if value is not np.random.mtrand._rand and value is not random._inst:  # (the global ones:
+                    self.rngs.append((value, rng_state(value), path))                # checked apart)
             elif isinstance(value, functools.partial):
                 stack.extend([(value.func, path + ".func"), (value.args, path + ".args"),
                               (value.keywords, path + ".keywords")])
