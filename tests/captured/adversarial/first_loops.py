@@ -2766,7 +2766,8 @@ def tensor_index_arg(jit):
         return loss
     step = J(fn, jit)
     r = np.random.RandomState(9)
-    outs = [step(x, y, T(r.permutation(4)[:3])) for x, y in tensors(8)]
+    # (an integer Tensor: Tensor() of integers is float32 unless asked, and a float index raises)
+    outs = [step(x, y, ndl.Tensor(r.permutation(4)[:3], dtype="int64", requires_grad=False)) for x, y in tensors(8)]
     return finish(model, opt, outs=outs)
 
 
