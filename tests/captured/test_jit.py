@@ -393,13 +393,13 @@ def test_state_read_through_a_cut_from_the_graph_is_read_at_each_replay(how, ref
     values = [np.array([1.0, -2.0, 3.0], np.float32), np.array([-1.0, 5.0, -3.0], np.float32)]
     indices = [np.array([0, 2]), np.array([1, 1])]
     w = ndl.Tensor(values[0], requires_grad=False)
-    idx = ndl.Tensor(indices[0], requires_grad=False)
+    idx = ndl.Tensor(indices[0], dtype="int64", requires_grad=False)
     f = ndl.jit(fns[how])
     with ndl.lazy(True):
         for _ in range(3):
             np.testing.assert_allclose(f().numpy(), reference(values[0], indices[0]), rtol=1e-6)
         w.data = ndl.Tensor(values[1], requires_grad=False)
-        idx.data = ndl.Tensor(indices[1], requires_grad=False)
+        idx.data = ndl.Tensor(indices[1], dtype="int64", requires_grad=False)
         np.testing.assert_allclose(f().numpy(), reference(values[1], indices[1]), rtol=1e-6)
     assert f.replays >= 2
 
