@@ -11,6 +11,7 @@ from .backend_selection import (BACKEND, Device, NDArray, all_devices, array_api
 from .init import ones, ones_like, zeros, zeros_like  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .realize import lazy, realize  # noqa: F401
+from .functions import arange, cat, concat, full, manual_seed, rand, randn, stack, where  # noqa: F401,E402
 from .profiler import profile  # noqa: F401,E402
 from . import autograd_graph, data, ir, nn, optim, runtime  # noqa: F401,E402
 from .serialization import load, save  # noqa: F401,E402

@@ -323,6 +323,18 @@ class TensorTuple(Value):
         return first.device if hasattr(first, "device") else cpu()
 
 
+class Size(int):
+    """`t.size`: the element count, an int; `t.size()` the shape, `t.size(dim)` one axis."""
+
+    def __new__(cls, count: int, shape: tuple):
+        out = super().__new__(cls, count)
+        out.shape = shape
+        return out
+
+    def __call__(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+
 class Tensor(TensorMethods, Value):
     __slots__ = ()
 
@@ -408,8 +420,10 @@ class Tensor(TensorMethods, Value):
         return len(self.shape)
 
     @property
-    def size(self) -> int:
-        return int(numpy.prod(self.shape))
+    def size(self) -> "Size":
+        """The number of elements, an int (as the course's NDArray.size) that can also be
+        called as PyTorch's `size()` (the shape) and `size(dim)`."""
+        return Size(int(numpy.prod(self.shape)), self.shape)
 
     def _data_or_compute(self):
         return self._cached_data if self._cached_data is not None else self.realize_cached_data()

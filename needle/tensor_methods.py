@@ -40,6 +40,20 @@ def _check_shapes(op: str, a, b) -> None:
         broadcast_shapes(op, a.shape, b.shape)
 
 
+def axes_of(op: str, axes, keepdims, names: dict):
+    """(axes, keepdims) from the course's positional `axes` or `dim=` / `axis=` / `axes=`, and
+    `keepdims=` or PyTorch's `keepdim=`; an unknown keyword is an error naming the op."""
+    for name in list(names):
+        if name in ("dim", "axis", "axes"):
+            axes = names.pop(name)
+        elif name in ("keepdim", "keepdims"):
+            keepdims = names.pop(name)
+        else:
+            from .errors import ArgumentError
+            raise ArgumentError(f"{op}: unexpected keyword {name!r} (axes: dim=, axis= or axes=; keepdim=)")
+    return axes, keepdims
+
+
 def _numeric(t, other_dtype: str = "float32"):
     """A bool tensor in arithmetic: 0/1 in the other operand's float dtype (else float32)."""
     if t.dtype != "bool":
@@ -170,32 +184,48 @@ class TensorMethods:
     __rmul__ = __mul__
 
     # ---- methods ------------------------------------------------------------------------
+    # every axis argument is also PyTorch's `dim=` (and numpy's `axis=`), `keepdims` also
+    # `keepdim=`: the course's positional `axes` stays first
     def matmul(self, other):
         return self.__matmul__(other)
 
-    def sum(self, axes=None, keepdims=False):
+    def sum(self, axes=None, keepdims=False, **names):
+        axes, keepdims = axes_of("sum", axes, keepdims, names)
         return _ops().summation(self, axes, keepdims=keepdims)
 
-    def mean(self, axes=None, keepdims=False):
+    def mean(self, axes=None, keepdims=False, **names):
+        axes, keepdims = axes_of("mean", axes, keepdims, names)
         return _ops().mean(self, axes, keepdims=keepdims)
 
-    def max(self, axes=None, keepdims=False):
+    def max(self, axes=None, keepdims=False, **names):
+        axes, keepdims = axes_of("max", axes, keepdims, names)
         return _ops().max(self, axes, keepdims=keepdims)
 
-    def min(self, axes=None, keepdims=False):
+    def min(self, axes=None, keepdims=False, **names):
+        axes, keepdims = axes_of("min", axes, keepdims, names)
         return _ops().amin(self, axes, keepdims=keepdims)
 
-    def argmax(self, axis=None, keepdims=False):
+    def argmax(self, axis=None, keepdims=False, **names):
+        axis, keepdims = axes_of("argmax", axis, keepdims, names)
         return _ops().argmax(self, axis, keepdims)
 
-    def argmin(self, axis=None, keepdims=False):
+    def argmin(self, axis=None, keepdims=False, **names):
+        axis, keepdims = axes_of("argmin", axis, keepdims, names)
         return _ops().argmin(self, axis, keepdims)
 
-    def var(self, axes=None, keepdims=False, unbiased=True):
-        return _ops().var(self, axes, keepdims=keepdims, correction=1 if unbiased else 0)
+    def var(self, axes=None, keepdims=False, unbiased=True, **names):
+        correction = names.pop("correction", 1 if unbiased else 0)
+        axes, keepdims = axes_of("var", axes, keepdims, names)
+        return _ops().var(self, axes, keepdims=keepdims, correction=correction)
 
-    def std(self, axes=None, keepdims=False, unbiased=True):
-        return _ops().StdSqrt()(self.var(axes, keepdims=keepdims, unbiased=unbiased))
+    def std(self, axes=None, keepdims=False, unbiased=True, **names):
+        correction = names.pop("correction", 1 if unbiased else 0)
+        axes, keepdims = axes_of("std", axes, keepdims, names)
+        return _ops().StdSqrt()(_ops().var(self, axes, keepdims=keepdims, correction=correction))
+
+    def logsumexp(self, axes=None, **names):
+        axes, _ = axes_of("logsumexp", axes, False, names)
+        return _ops().logsumexp(self, axes)
 
     def abs(self):
         return _ops().absolute(self)
@@ -221,10 +251,48 @@ class TensorMethods:
         return self.reshape(shape[:axis] + (1,) + shape[axis:])
 
     def numel(self) -> int:
-        return self.size
+        return int(numpy.prod(self.shape))
+
+    def dim(self) -> int:
+        return len(self.shape)
 
     def __int__(self) -> int:
         return int(self.item())
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def float(self):
+        """float32 (PyTorch's `.float()`; `float(x)` of a one-element tensor is Python's)."""
+        return self if self.dtype == "float32" else _ops().astype(self, "float32")
+
+    def double(self):
+        return self if self.dtype == "float64" else _ops().astype(self, "float64")
+
+    def long(self):
+        return self if self.dtype == "int64" else _ops().astype(self, "int64")
+
+    def int(self):
+        return self if self.dtype == "int32" else _ops().astype(self, "int32")
+
+    def bool(self):
+        return self if self.dtype == "bool" else _ops().compare("ne", self, 0)
+
+    def clone(self):
+        """A new tensor with this one's values (in the graph: its gradient flows back)."""
+        return _ops().mul_scalar(self, 1) if self.dtype != "bool" else self.bool().detach()
+
+    def view(self, *shape):
+        """PyTorch's name for reshape (needle's reshapes of compact data are views too)."""
+        return self.reshape(*shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1):
+        shape = self.shape
+        if not shape:
+            return self.reshape((1,))
+        start, end = start_dim % len(shape), end_dim % len(shape)
+        merged = int(numpy.prod(shape[start:end + 1]))
+        return self.reshape(shape[:start] + (merged,) + shape[end + 1:])
 
     def broadcast_to(self, shape):
         return _ops().broadcast_to(self, shape)
@@ -234,8 +302,12 @@ class TensorMethods:
             shape = tuple(shape[0])
         return _ops().reshape(self, shape)
 
-    def transpose(self, axes=None):
-        return _ops().transpose(self, axes)
+    def transpose(self, *axes):
+        """The course's `transpose(axes=None)` (the last two axes, or the two named as one
+        tuple) and PyTorch's `transpose(dim0, dim1)`."""
+        if len(axes) == 2:
+            return _ops().transpose(self, tuple(axes))
+        return _ops().transpose(self, axes[0] if axes else None)
 
     def permute(self, *axes):
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):

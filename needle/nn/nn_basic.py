@@ -115,6 +115,18 @@ class Sigmoid(Module):
         return ops.sigmoid(x)
 
 
+class GELU(Module):
+    """x * Phi(x), torch's default (or its tanh approximation: approximate="tanh")."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        from .functional import gelu
+        return gelu(x, self.approximate)
+
+
 class Softmax(Module):
     """exp(logsoftmax(x)) along `dim`: stable for any logits."""
 
@@ -307,6 +319,28 @@ class LayerNorm1d(Module):
         check_features("LayerNorm1d", x, self.dim)
         normed = ops.standardize(x, len(x.shape) - 1, self.eps)
         return ops.scale_shift(normed, self.weight, self.bias)
+
+
+class LayerNorm(Module):
+    """PyTorch's LayerNorm: normalize over the last len(normalized_shape) axes (biased
+    variance), then an elementwise weight (ones) and bias (zeros); draws nothing."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
+                 device=None, dtype: str = "float32") -> None:
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = Parameter(init.ones(*self.normalized_shape, device=device, dtype=dtype,
+                                          requires_grad=True)) if elementwise_affine else None
+        self.bias = Parameter(init.zeros(*self.normalized_shape, device=device, dtype=dtype,
+                                         requires_grad=True)) if elementwise_affine else None
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        from .functional import layer_norm
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class Dropout(Module):

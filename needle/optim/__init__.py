@@ -31,7 +31,7 @@ from ..ir import build as ir_build
 from ..ir.nodes import RuntimeScalar
 from ..engine.realize import realize_later
 
-__all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "RMSprop", "lr_scheduler"]
+__all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "RMSprop", "lr_scheduler"]
 
 
 class Optimizer:
@@ -357,8 +357,10 @@ class Adam(Optimizer):
         self.t = max([int(e.get("step", 0)) for e in entries], default=0)
 
     def __init__(self, params: Iterable[Tensor], lr: float = 0.01, beta1: float = 0.9,
-                 beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0):
+                 beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0, betas=None):
         super().__init__(params, lr)
+        if betas is not None:  # (PyTorch's spelling)
+            beta1, beta2 = betas
         self.beta1 = _number("Adam", "beta1", beta1, 0.0, 1.0)
         self.beta2 = _number("Adam", "beta2", beta2, 0.0, 1.0)
         self.eps = _number("Adam", "eps", eps, 0.0)
@@ -371,8 +373,11 @@ class Adam(Optimizer):
         self.t += 1
         _capture.on_replay(self._begin_step)  # a replay of a captured step counts it too
 
+    def _decayed(self, grad, param):
+        return _with_weight_decay(grad, param, self)
+
     def _update(self, index: int, param, grad):
-        grad = _with_weight_decay(grad, param, self)
+        grad = self._decayed(grad, param)
         m = grad * self._live(lambda: 1 - self.beta1)
         v = (grad ** 2) * self._live(lambda: 1 - self.beta2)
         if index in self.m:
@@ -386,6 +391,24 @@ class Adam(Optimizer):
 
     def state_tensors(self) -> List[Tensor]:
         return list(self.m.values()) + list(self.v.values())
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter; torch.optim.AdamW): each
+    step first shrinks the parameter, p = p - lr * weight_decay * p, then takes Adam's
+    step on the gradient alone.  PyTorch's defaults: lr 1e-3, weight_decay 1e-2."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8, weight_decay: float = 0.01, betas=None):
+        super().__init__(params, lr, beta1, beta2, eps, weight_decay, betas)
+
+    def _update(self, index: int, param, grad):
+        if self.weight_decay:
+            param = param * self._live(lambda: 1 - self.lr * self.weight_decay)
+        return super()._update(index, param, grad)
+
+    def _decayed(self, grad, param):
+        return grad  # (the decay is applied to the parameter, not through the gradient)
 
 
 class RMSprop(Optimizer):
