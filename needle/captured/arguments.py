@@ -27,7 +27,7 @@ class Call:
         self.flat, self.inputs, self.arrays, self.values, self.owners, self.boxes = [], [], [], {}, [], []
         self.parts = []  # the containers and structures among the arguments, in order
         self._positions = None
-        if not kwargs and all(type(a) is Tensor for a in args):  # f(x, y): no walk
+        if not kwargs and all(type(a) is Tensor and not a.__dict__ for a in args):  # f(x, y): no walk
             self.flat, self.inputs = list(args), list(args)
             template = _tensors_template(len(args))
         else:
@@ -58,7 +58,12 @@ class Call:
         if isinstance(value, Tensor):
             self.inputs.append(value)
             self.flat.append(value)
-            return "T"
+            attrs = value.__dict__
+            if not attrs:
+                return "T"
+            self.parts.append(value)  # (a batch's own attributes, `x.sample_weight`: arguments too)
+            self.boxes.append((attrs, attrs.copy()))
+            return ("T", *[(k, self._flatten(v)) for k, v in attrs.items()])
         if isinstance(value, np.ndarray):
             self.values[len(self.flat)] = value
             self.flat.append(value)
@@ -81,6 +86,13 @@ class Call:
         if isinstance(value, SIMPLE):
             return (type(value), value)
         return ("O", id(value))  # (an object by identity: the capture keeps it, so the id stays its own)
+
+    def watch_attributes(self) -> None:
+        """Note the Tensor inputs without attributes, so a step that sets one on its
+        argument (`x.stat = ...`, which a replay would not) is seen changing it."""
+        for t in self.inputs:
+            if not t.__dict__:
+                self.boxes.append((t.__dict__, {}))
 
     def changed_containers(self):
         """Why a replay could not repeat the call, if the call changed a list or dict it was
@@ -150,7 +162,8 @@ def traced_arguments(call, args, kwargs, tracer):
     def swap(value):
         if isinstance(value, np.ndarray):
             return traced(value, tracer, call.position(value)[1])
-        fields = value if type(value) in (list, dict) else fields_of(value)
+        fields = value if type(value) in (list, dict) else value.__dict__ if isinstance(value, Tensor) else \
+            fields_of(value)
         if fields is not None:
             items = list(fields.items()) if isinstance(fields, dict) else list(enumerate(fields))
             for k, v in items:

@@ -166,8 +166,10 @@ class JitFunction:
             self.captures.move_to_end(call.key)
         if self.verified < self.verify or step.replays == 0:  # (each capture's first replay: checked)
             checked = verifying.check(self, step, call, args, kwargs)
-            if checked is STALE or checked is FAILS:
+            if checked is STALE:
                 return checked
+            if checked is FAILS:  # (bad input data: the plain call raises as it does without needle.jit)
+                return self.fn(*args, **kwargs)
             result, difference = checked
             if self.verified < self.verify:
                 self.verified += 1
@@ -244,6 +246,7 @@ class JitFunction:
         for t in call.inputs:
             world.initial.setdefault(id(t), realized(t))
         rng, py_rng = np.random.get_state(), random.getstate()
+        call.watch_attributes()
         recorder = capture.Recorder()
         tracer = Tracer(world, lambda: world.settle(_realize_now, recorder.created_ids))
         args, kwargs, restore = traced_arguments(call, args, kwargs, tracer)
@@ -315,12 +318,23 @@ def _pending(value) -> list:
 
 def _close(result, world, call) -> None:
     """Nothing the call made stays pending: what it returns, the state it replaced, the
-    new data and gradients of what existed, so that its kernels are all captured."""
+    new data and gradients of what existed, so that its kernels are all captured.
+
+    Computed as a plain call's would be after it (a sum's last bits depend on what is
+    computed with it): first the state that outlives the step (engine.realize_later:
+    the loss and gradients after backward, `.data` assigned, module state), which the
+    next schedule computes whatever the user reads; then each other value on its own,
+    as reading it would (`p.grad_norm = ...` read after the call)."""
+    realize_nodes([])
     made = list(tensors_in(result))
     made += [now for _, _, now in world.diff() if isinstance(now, (Tensor, tuple))]
     for t in list(world.holders) + call.inputs:
         made += [t, t.grad]
-    realize_nodes([n for t in made if t is not None for n in _pending(t)])
+    for t in made:
+        if t is not None:
+            nodes = _pending(t)
+            if nodes:
+                realize_nodes(nodes)
     for t in list(world.holders) + call.inputs:  # (the realized buffers, not their lazy nodes)
         if getattr(t._cached_data, "is_lazy", False):
             t.realize_cached_data()

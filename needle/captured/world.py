@@ -85,7 +85,7 @@ class World:
             if isinstance(value, SIMPLE) or id(value) in self._seen:
                 continue
             if isinstance(value, Tensor):
-                self._hold(value)
+                self._hold(value, path, stack)
                 continue
             if len(self._seen) > LIMIT:
                 self.too_big = True
@@ -164,18 +164,25 @@ class World:
     def _item(self, container, key, value, path, stack) -> None:
         if isinstance(value, Tensor):
             self.slots.append(Slot(container, key, None, path, value))
-            self._hold(value)
+            self._hold(value, path, stack)
         elif type(value) is tuple and _has_tensor(value):
             for pos, t in _tensors_in_tuple(value, ()):
-                self.slots.append(Slot(container, key, pos, path + "".join(f"[{i}]" for i in pos), t))
-                self._hold(t)
+                where = path + "".join(f"[{i}]" for i in pos)
+                self.slots.append(Slot(container, key, pos, where, t))
+                self._hold(t, where, stack)
             stack.append((value, path))
         else:
             stack.append((value, path))
 
-    def _hold(self, tensor) -> None:
+    def _hold(self, tensor, path: str, stack) -> None:
         if id(tensor) not in self._holder_ids:
             self._holder_ids.add(id(tensor))
+            # The user's own attributes on a tensor (`p.frozen`, `p.lr_mult`, `w.mask`): a box
+            # like any object's dict, made empty where it was not (one set later then shows).
+            attrs = object.__getattribute__(tensor, "__dict__")
+            self._box(attrs, pinned_copy(attrs), path + ".__dict__")
+            for key, v in attrs.items():
+                self._item(attrs, key, v, path_of(path, key), stack)
             self.holders.append(tensor)
             self.grads_before.append(tensor.grad)
             self.grad_holders.append(tensor)

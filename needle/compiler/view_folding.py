@@ -69,6 +69,7 @@ class _Folder:
         self.outputs = outputs
         self.read_windows = read_windows
         self.consumers = consumer_counts(outputs)
+        self.output_ids = {id(n) for n in outputs}
         self.memo = {}
         self.bases = {}
         self.reasons = {}
@@ -107,14 +108,24 @@ class _Folder:
         return [(s, ()) for s in n.srcs]
 
     def _pushable(self, n, ch) -> bool:
+        """Whether `n` read through `ch` is computed again over the view.  Never an
+        output: it is stored anyway, and a reader that computed it again (a matmul
+        reading a transposed weight the schedule also stores) would round its sum
+        by another body than a reader of the stored value (LLVM vectorizes a sum by
+        its body): a value's readers would see other bits depending on whether it
+        was realized before or with them (needle.jit's replays realize state apart)."""
         if not ch:
             return True
+        if id(n) in self.output_ids:
+            return False
         return self.consumers.get(id(n), 0) <= 1 or subtree_cost(n) <= CHEAP_OPS
 
     def _build(self, n, ch):
         memo = self.memo
         if n.op in MOVEMENT:
             return memo[(id(n.srcs[0]), ((n.op, n.arg),) + ch)]
+        if n.op in ELEMENTWISE and not ch and id(n) in self.output_ids:
+            return self._base(n)  # (one node, whether read as is or through views)
         if n.op in ELEMENTWISE and self._pushable(n, ch):
             k, why = split_point(n.shape, ch, self.read_windows)
             if k is not None:
@@ -138,7 +149,7 @@ class _Folder:
         if base is None:
             srcs = tuple(self.memo[(id(s), ())] for s in n.srcs)
             base = self.bases[id(n)] = Node(n.op, srcs, n.arg, n.shape, n.dtype, n.device, n.origin)
-            if n.op in ELEMENTWISE:
+            if n.op in ELEMENTWISE and id(n) not in self.output_ids:  # (an output is stored anyway)
                 self.reasons[id(base)] = ("read through several different views and too costly to "
                                           f"recompute (cost {subtree_cost(n)})")
         return base

@@ -41,17 +41,25 @@ def pending_nodes(value) -> list:
 
 
 def realize_later(value) -> None:
-    """Compute `value` (a Tensor, a TensorTuple or a lazy node) with the next
-    schedule, if it is still alive then.  For state that outlives its step but
-    that no output depends on (running statistics, a detached hidden state, the
-    loss and the gradients after backward), so that it never stays pending and
-    never keeps earlier steps' graphs alive."""
-    if not pending_nodes(value):
-        return
+    """Compute the pending data of `value` (a Tensor, a TensorTuple or a lazy node)
+    with the next schedule, if that data is still alive then.  For state that
+    outlives its step but that no output depends on (running statistics, a detached
+    hidden state, the loss and the gradients after backward), so that it never stays
+    pending and never keeps earlier steps' graphs alive.
+
+    The request is for the data, not the tensor: a parameter the user projected
+    after the optimizer's step (`w.data = w.data * mask`) and that the next step
+    reassigns still has its projected value read by that step's graph, and as an
+    output of the schedule it is stored once and read from its buffer there.
+    Recomputed inside the next step's kernels instead, a matmul or a sum over it
+    would round differently (LLVM vectorizes a reduction by its body), and the
+    loop's numbers would depend on whether anything read the parameter between
+    steps (needle.jit's replays compute it apart)."""
     refs = _later.refs
-    key = id(value)
-    if key not in refs:
-        refs[key] = weakref.ref(value, lambda _, key=key, refs=refs: refs.pop(key, None))
+    for node in pending_nodes(value):
+        key = id(node)
+        if key not in refs:
+            refs[key] = weakref.ref(node, lambda _, key=key, refs=refs: refs.pop(key, None))
 
 
 def forget_later() -> None:

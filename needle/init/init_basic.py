@@ -77,7 +77,16 @@ def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
 def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
     """Rows of the n x n identity selected by the integer labels `i`."""
     i = autograd.host_argument(i, "one_hot")
+    if isinstance(i, autograd.Tensor) and _capture.current() is not None and device in (None, i.device):
+        return _captured_one_hot(n, i, dtype, requires_grad)
     values = np.asarray(i.numpy() if hasattr(i, "numpy") else i)
+    _check_labels(n, values)
+    labels = values.astype(np.int64)
+    return _tensor(np.eye(n, dtype=np_dtype(dtype))[labels], device, dtype, requires_grad)
+
+
+def _check_labels(n, values) -> None:
+    values = np.asarray(values)
     if values.size and np.any(values != np.floor(values)):
         bad = values[values != np.floor(values)].reshape(-1)[0]
         raise ArgumentError(f"one_hot: labels must be whole numbers, got {bad}")
@@ -86,7 +95,26 @@ def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
         bad = labels[(labels < 0) | (labels >= n)].reshape(-1)[0]
         raise IndexingError(f"one_hot: label {bad} is out of range for {n} classes "
                             f"(labels span [{labels.min()}, {labels.max()}])")
-    return _tensor(np.eye(n, dtype=np_dtype(dtype))[labels], device, dtype, requires_grad)
+
+
+def _captured_one_hot(n, labels, dtype, requires_grad):
+    """one_hot of a Tensor's labels inside a step needle.jit captures: computed from the
+    labels by kernels (a comparison with 0..n-1) instead of on the host, so each replay
+    uses its call's labels; the labels are checked at each replay as on a plain call.
+    Computed apart, as the plain call's constant is: its readers read it stored, as theirs
+    do (a sum reading it computed inside would round by another kernel body)."""
+    data = labels._cached_data
+    if not (getattr(data, "is_lazy", False) and data.realized is None):  # (pending labels: not read)
+        array = labels.realize_cached_data()
+        _check_labels(n, array.numpy())
+        _capture.check(array, lambda values: _check_labels(n, values))
+    classes = autograd.Tensor(np.arange(n, dtype=np_dtype(labels.dtype)), device=labels.device,
+                              dtype=labels.dtype, requires_grad=False)
+    from .. import ops  # (ops build on init: imported when first needed)
+    hot = ops.astype(ops.compare("eq", labels.reshape(tuple(labels.shape) + (1,)), classes), dtype).detach()
+    hot.realize_cached_data()
+    hot.requires_grad = requires_grad
+    return hot
 
 
 def zeros_like(array, *, device=None, requires_grad=False):

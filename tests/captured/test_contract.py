@@ -580,3 +580,122 @@ def test_two_threads_each_capture_their_own_step():
         assert values(got[k][0]) == values(want[k]) and got[k][0][-1] >= 5
     from needle.engine import capture
     assert capture.CURRENT is None and capture.current() is None
+
+
+# ---- from the third independent check (whole training scripts) ------------------------------
+@pytest.mark.parametrize("habit", ["frozen_flag", "lr_multiplier", "mask_replaced", "written_inside"])
+def test_the_users_own_attributes_on_parameters(habit):
+    def run(jit):
+        model = small()
+        w = model[0].weight
+        for p in model.parameters():
+            p.frozen, p.lr_mult = False, 1.0
+        w.mask = ndl.init.ones(*w.shape)
+
+        def step(x, y):
+            for p in model.parameters():
+                p.grad = None
+            loss = nn.SoftmaxLoss()(model(x), y)
+            loss.backward()
+            w.grad = w.grad * w.mask
+            for p in model.parameters():
+                p.grad_sq = (p.grad * p.grad).sum()
+                if not p.frozen:
+                    p.data = p.data - p.grad * (0.1 * p.lr_mult)
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(8):
+            if i == 4 and habit == "frozen_flag":
+                w.frozen = True
+            if i == 4 and habit == "lr_multiplier":
+                for p in model.parameters():
+                    p.lr_mult = 0.25
+            if i == 4 and habit == "mask_replaced":
+                w.mask = T((np.abs(w.numpy()) > np.median(np.abs(w.numpy()))).astype("float32"))
+            x, y = batch(i % 3)
+            out.append(f(T(x), T(y)))
+            out.append([p.grad_sq for p in model.parameters()])
+        return out + model.parameters()
+    both(run, replays=4)
+
+
+def test_attributes_of_a_batch_tensor_are_arguments_too():
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.reset_grad()
+            per = ndl.ops.logsumexp(model(x), (1,))
+            loss = (per * x.sample_weight).sum()
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(6):
+            x, y = batch(i % 3)
+            xb = T(x)
+            xb.sample_weight = T(np.full(4, 1.0 if i < 3 else 0.5 + i, "float32"))
+            out.append(f(xb, T(y)))
+        return out + model.parameters()
+    both(run, replays=3)
+
+
+def test_a_step_setting_an_attribute_on_its_argument_runs_plainly():
+    def run(jit):
+        model = small()
+        f = jit(lambda x: setattr(x, "out", model(x)) or x.out.sum())
+        out = []
+        for i in range(4):
+            xb = T(batch(i)[0])
+            out.append(f(xb))
+            out.append(xb.out)
+        return out
+    both(run, warns="changes an argument it was given")
+
+
+@pytest.mark.parametrize("labels_as", ["tensor", "numpy"])
+def test_one_hot_of_each_calls_labels(labels_as):
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.reset_grad()
+            target = ndl.init.one_hot(3, y) * 0.9 + 0.1 / 3  # (label smoothing: every term of the sum counts)
+            logits = model(x)
+            loss = (ndl.ops.logsumexp(logits, (1,)) - (logits * target).sum((1,))).sum()
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(6):
+            x, y = batch(i)
+            out.append(f(T(x), T(y) if labels_as == "tensor" else y.astype("int64")))
+        with pytest.raises(ndl.errors.IndexingError, match="one_hot: label .* out of range"):
+            f(T(x), T(y + 7) if labels_as == "tensor" else (y + 7).astype("int64"))
+        return out + model.parameters()
+    both(run, replays=3)
+
+
+def test_a_projection_after_the_optimizers_step_left_pending():
+    # Weight clipping (WGAN), max-norm, decay by hand: the parameters are pending at the end
+    # of each call; unjitted, the next call computes them with its schedule.
+    def run(jit):
+        model = small()
+        opt = optim.Adam(model.parameters(), lr=0.01)
+
+        def step(x, y):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x), y)
+            loss.backward()
+            opt.step()
+            for p in model.parameters():
+                p.data = p.data - ndl.ops.relu(p.data - 0.05) + ndl.ops.relu(-p.data - 0.05)
+            return loss
+        f = jit(step)
+        return [f(*map(T, batch(i % 4))) for i in range(8)] + model.parameters()
+    both(run, replays=5)

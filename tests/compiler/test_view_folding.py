@@ -41,7 +41,8 @@ def fold_and_check(outputs, read_windows: bool = False):
         if n.op == "view":
             base = n.srcs[0]
             assert isinstance(n.arg, View) and n.shape == n.arg.shape
-            assert base.op in BASES or (base.op in ELEMENTWISE and id(base) in folded.reasons), \
+            assert base.op in BASES or (base.op in ELEMENTWISE and (id(base) in folded.reasons or any(
+                base is o for o in folded.outputs))), \
                 f"{n} reads {base}, which is not a base"
         if n.op == "copy":
             assert folded.reasons.get(id(n)), "a copy without a reason"
@@ -192,6 +193,22 @@ def test_as_strided_and_window_of_computed_values():
     strided = build.as_strided(e, (3, 4), (5, 1), 2)
     win = build.window(build.reshape(e, (1, 4, 6, 1)), (1, 2), (2, 3), 1)
     fold_and_check([build.elementwise("neg", strided), build.elementwise("neg", win)])
+
+
+def test_an_output_read_through_a_view_is_read_stored():
+    # A cheap elementwise output (a clipped weight the schedule stores) read transposed by
+    # a matmul: the matmul reads the stored value, not a copy of its expression over the
+    # view (which would be a different kernel body, so a differently rounded sum).
+    w = leaf(randn(6, 4))
+    clipped = build.elementwise("mul", w, w)
+    mm = build.matmul(leaf(randn(3, 4)), build.permute(clipped, (1, 0)))
+    folded = fold_and_check([clipped, mm])
+    stored_clip = folded.outputs[0]
+    assert stored_clip.op == "mul"
+    matmul = ops_of(folded, "matmul")[0]
+    operand = matmul.srcs[1]
+    assert operand.op == "view" and operand.srcs[0] is stored_clip
+    assert len(ops_of(folded, "mul")) == 1
 
 
 def test_shared_node_seen_through_two_views():
