@@ -57,6 +57,9 @@ UNKEPT_LIMIT = 2
 #: calls in a row that captured, as a multiple of max_captures, after which a function
 #: that never replays runs plainly
 MISSES_LIMIT = 2
+#: calls in a row that captured because a Python number argument had a new value, after
+#: which a function runs plainly (each capture costs more than the plain call it replaces)
+NEW_NUMBERS_LIMIT = 3
 
 
 class _WeakMethod:
@@ -99,6 +102,8 @@ class JitFunction:
         self.calls = self.replays = self.verified = 0
         self.unkept = 0    # captures in a row that changed what they depend on
         self.misses = 0    # calls in a row that captured instead of replaying
+        self.new_numbers = 0  # ... because a number argument was new (see _numbers_changed)
+        self._last_key = None
         self.plain = False
         self._results = []  # (weak Tensor returned with a graph, its .grad then)
 
@@ -146,6 +151,13 @@ class JitFunction:
                     return result
                 why = (None, "a state tensor changed layout or storage")
         self.misses += 1
+        changed = _number_changed(self._last_key, call.key) if last is None else None
+        self.new_numbers, self._last_key = (self.new_numbers + 1 if changed else 0), call.key
+        if self.new_numbers >= NEW_NUMBERS_LIMIT:
+            self._run_plainly(f"the Python number in {changed} has a new value at every call, and a number argument "
+                              "is part of what a capture is for (Python code may branch on it): pass it as a "
+                              "Tensor (needle.Tensor(value)) or a numpy array, which are inputs")
+            return self.fn(*args, **kwargs)
         if last is not None and why[0] in last.changes:  # (the capture changed what it depends on)
             self.unkept += 1
             if self.unkept >= UNKEPT_LIMIT:
@@ -314,6 +326,32 @@ def _realize_now(tensors) -> None:
 def _pending(value) -> list:
     return [n for t in (value if isinstance(value, tuple) else (value,)) if isinstance(t, Tensor)
             for n in pending_nodes(t)]
+
+
+def _number_changed(before, now):
+    """The arguments ("argument 1", "argument 'lr'") in which `now`, a call's key,
+    differs from the key `before` by Python numbers only, or None."""
+    if before is None or before[1:] != now[1:] or len(before[0][0]) != len(now[0][0]) or \
+            len(before[0][1]) != len(now[0][1]):
+        return None
+    (args0, kwargs0), (args1, kwargs1) = before[0], now[0]
+    pairs = [(f"argument {i}", a, b) for i, (a, b) in enumerate(zip(args0[1:], args1[1:]))]
+    pairs += [(f"argument {a[0]!r}", a[1], b[1]) for a, b in zip(kwargs0[1:], kwargs1[1:])]
+    changed = [name for name, a, b in pairs if a != b]
+    if not changed or not all(_numbers_only(a, b) for name, a, b in pairs if name in changed):
+        return None
+    return " and ".join(changed)
+
+
+def _numbers_only(a, b) -> bool:
+    """Whether two argument templates differ in Python numbers only."""
+    if a == b:
+        return True
+    if type(a) is not tuple or type(b) is not tuple or len(a) != len(b):
+        return False
+    if len(a) == 2 and a[0] in (int, float) and b[0] is a[0]:
+        return True
+    return all(_numbers_only(x, y) for x, y in zip(a, b))
 
 
 def _close(result, world, call) -> None:

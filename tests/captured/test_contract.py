@@ -699,3 +699,35 @@ def test_a_projection_after_the_optimizers_step_left_pending():
         f = jit(step)
         return [f(*map(T, batch(i % 4))) for i in range(8)] + model.parameters()
     both(run, replays=5)
+
+
+def test_a_number_argument_new_at_every_call_runs_plainly_saying_so():
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, lam):
+            opt.reset_grad()
+            loss = (model(x) * lam).sum()
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        return [f(T(batch(i)[0]), 0.1 * i + 0.05) for i in range(8)] + model.parameters()
+    both(run, warns=r"number in argument 1 has a new value at every call.*needle.Tensor")
+
+
+def test_number_arguments_that_repeat_replay_their_captures():
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, lam=1.0):
+            opt.reset_grad()
+            loss = (model(x) * lam).sum()
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        return [f(T(batch(i)[0]), lam=(0.5, 0.25)[i % 2]) for i in range(8)] + model.parameters()
+    both(run, replays=4)
