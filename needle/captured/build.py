@@ -186,12 +186,16 @@ class Builder:
         even where the call left it as it found it (None): it is no guard, so a replay may
         find another there."""
         out = []
+        slot_of = {}  # (a Tensor sharing a source's storage, Adam's twin moments: found where it lives)
+        for slot in self.world.slots:
+            slot_of.setdefault(id(slot.initial), slot)
         for t in holders:
             before = self.initial.get(id(t))
             if before is not None and t._cached_data is not before:
                 k = self.source_of_tensor.get(id(t))
                 where = ("input", self.call.inputs.index(t)) if any(t is x for x in self.call.inputs) else \
-                    ("source", k) if k is not None else ("object", t)
+                    ("source", k) if k is not None else ("slot", slot_of[id(t)]) if id(t) in slot_of else \
+                    ("object", t)
                 out.append(("data", where, ("array", self.binding(_realized(t))), None, ()))
         fed = {}  # the slots the sources were found in: a write there replaces the source's Tensor
         for k, source in enumerate(self.sources):

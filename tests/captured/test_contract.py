@@ -731,3 +731,32 @@ def test_number_arguments_that_repeat_replay_their_captures():
         f = jit(step)
         return [f(T(batch(i)[0]), lam=(0.5, 0.25)[i % 2]) for i in range(8)] + model.parameters()
     both(run, replays=4)
+
+
+@pytest.mark.parametrize("make", [optim.RMSprop, optim.Adam])
+def test_optimizer_state_sharing_storage_cleared_and_made_again(make):
+    # Two biases added to one sum get the same gradient; the optimizer's first step makes
+    # their moments from it, and the schedule computes the two equal values once: two
+    # state Tensors sharing storage (the loop fuzzer's seed 5527). Each is written.
+    def run(jit):
+        np.random.seed(0)
+        cell = nn.RNNCell(6, 8)
+        head = nn.Linear(8, 3)
+        params = cell.parameters() + head.parameters()
+        opt = make(params, lr=0.01)
+
+        def step(x, y):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(head(cell(x)), y)
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(8):
+            if i == 3:
+                for name in type(opt)._state_names:
+                    getattr(opt, name).clear()
+            out.append(f(*map(T, batch(i))))
+        return out + params + [t for name in type(opt)._state_names for t in getattr(opt, name).values()]
+    both(run, replays=3)
