@@ -17,7 +17,7 @@ import numpy
 from . import config
 from .backend_selection import BACKEND, Device, NDArray, array_api, cpu
 from .dtypes import dtype_name
-from .errors import DeviceError, DTypeError, ShapeError, fmt_shape
+from .errors import DeviceError, DTypeError, GraphError, ShapeError, fmt_shape
 from .ir import build as ir_build
 from .ir.lazy import as_lazy
 from .tensor_methods import TensorMethods
@@ -103,7 +103,7 @@ class Value:
     thousands of these; other attributes still go to a `__dict__`, made on first use)."""
 
     __slots__ = ("op", "inputs", "num_outputs", "_cached_data", "requires_grad", "grad", "_version",
-                 "_saved_versions", "__dict__", "__weakref__")
+                 "_saved_versions", "_earlier", "__dict__", "__weakref__")
     op: Optional[Op]
     inputs: List["Value"]
     _cached_data: object
@@ -114,6 +114,8 @@ class Value:
     _version: int
     #: the inputs' versions when this node was built
     _saved_versions: tuple
+    #: ((version, the tensor as it was then), ...) for each index assignment that built a graph
+    _earlier: tuple
 
     # ---- data ---------------------------------------------------------------------------
     @property
@@ -181,6 +183,7 @@ class Value:
         self.grad = None
         self._version = 0
         self._saved_versions = ()
+        self._earlier = ()
         if _capture.CURRENT is not None:
             _capture.created(self)
 
@@ -332,7 +335,14 @@ class Size(int):
         return out
 
     def __call__(self, dim=None):
-        return self.shape if dim is None else self.shape[dim]
+        if dim is None:
+            return self.shape
+        from .errors import AxisError
+        if not isinstance(dim, (int, numpy.integer)) or isinstance(dim, bool):
+            raise AxisError(f"size: dim must be an integer, got {type(dim).__name__} {dim!r}")
+        if not -len(self.shape) <= dim < len(self.shape):
+            raise AxisError(f"size: dim {dim!r} is out of range for shape {fmt_shape(self.shape)}")
+        return self.shape[dim]
 
 
 class Tensor(TensorMethods, Value):
@@ -494,6 +504,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
                          f"the tensor's {fmt_shape(output_tensor.shape)}")
     _outlives_step(output_tensor)  # the loss: computed with the next schedule (the step)
     node_to_output_grads_list = {output_tensor: [out_grad]}
+    _read_versions_used([output_tensor])
     for node in reversed(find_topo_sort([output_tensor])):
         grads = node_to_output_grads_list.pop(node, None)
         if grads is None or not node.requires_grad:
@@ -520,6 +531,7 @@ def vjp(output: Value, cotangent: Value, inputs: List[Value]) -> List[Optional[V
     op's gradient differentiates an unfused reference (see ops/ops_fused.py).  None for an
     input the output does not depend on or that needs no gradient."""
     stop = {id(x) for x in inputs}
+    _read_versions_used([output])
     order = postorder([output], lambda n: () if id(n) in stop else n.inputs)
     pending, found = {id(output): [cotangent]}, {}
     for node in reversed(order):
@@ -565,28 +577,55 @@ def _check_gradient(node: Value, i: int, inp: Value, grad) -> None:
                          f"a {inp.dtype} tensor of shape {fmt_shape(inp.shape)}")
 
 
+#: index assignments that built a graph so far (until then no graph reads an earlier version)
+_ASSIGNMENTS = 0
+
+
+def _read_versions_used(outputs) -> None:
+    """Point each node built before an index assignment to one of its inputs (`y[0] += 2`
+    after `y[0]` was read) at that input as the node read it: the assignment made the
+    Tensor object the new value, and kept the old one (`_earlier`) for them."""
+    if not _ASSIGNMENTS:
+        return
+    stack, seen = list(outputs), set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        saved, inputs = node._saved_versions, node.inputs
+        for i, inp in enumerate(inputs):
+            if saved and inp._version != saved[i]:
+                inp = inputs[i] = next((old for version, old in inp._earlier if version == saved[i]), inp)
+            stack.append(inp)
+
+
 def _check_versions(node: Value) -> None:
     for i, (inp, seen) in enumerate(zip(node.inputs, node._saved_versions)):
         if inp._version != seen:
-            raise RuntimeError(f"backward: input {i} of {type(node.op).__name__} (shape {fmt_shape(inp.shape)}) "
-                               "was changed by an index assignment (t[...] = v) after the op used it; assign "
-                               "before using the tensor, or assign into a copy (t = t + 0)")
+            raise GraphError(f"backward: input {i} of {type(node.op).__name__} (shape {fmt_shape(inp.shape)}) "
+                             "was written in place after the op used it (a leaf written under no_grad(), "
+                             "whose old values are gone); write it before using it, or write into a copy "
+                             "(t = t.clone())")
 
 
 def assign_functional(tensor: Tensor, update) -> None:
     """`tensor[idx] = v`: `tensor` becomes `update(old)`, a new node over a copy of its
     old self, so the graph keeps the old value for gradients.  A leaf that requires
     grad may be written only under `no_grad()` (its data is replaced, it stays a leaf)."""
+    global _ASSIGNMENTS
     if tensor.op is None and tensor.requires_grad and GRAD_ENABLED:
-        raise RuntimeError(f"setitem: a leaf tensor that requires grad (shape {fmt_shape(tensor.shape)}) cannot be "
+        raise GraphError(f"setitem: a leaf tensor that requires grad (shape {fmt_shape(tensor.shape)}) cannot be "
                            "written in place: its gradient would no longer belong to it; write under "
                            "`with needle.no_grad():`, or into a copy (`t = t + 0`)")
     old = Tensor.__new__(Tensor)
     old._init(tensor.op, tensor.inputs, cached_data=tensor._cached_data, requires_grad=tensor.requires_grad)
-    old._saved_versions = tensor._saved_versions
+    old._saved_versions, old._version = tensor._saved_versions, tensor._version
     new = update(old)
     tensor._cached_data = new._cached_data
     if new.op is not None or tensor.op is not None:
+        tensor._earlier = tensor._earlier + ((tensor._version, old),)  # (what earlier nodes read: see
+        _ASSIGNMENTS += 1                                             # _read_versions_used)
         tensor.op, tensor.inputs, tensor.requires_grad = new.op, new.inputs, new.requires_grad
         tensor._saved_versions = new._saved_versions
     else:  # a written leaf (a parameter under no_grad) is state: computed with the next schedule

@@ -34,6 +34,11 @@ class ArgumentError(NeedleError, ValueError):
     """A non-tensor argument is invalid: a stride, a dilation, a stage name, a path."""
 
 
+class GraphError(NeedleError, RuntimeError):
+    """The graph cannot give what was asked: a leaf that requires grad written in place,
+    a gradient through values overwritten since."""
+
+
 class CompileError(NeedleError, RuntimeError):
     """Code generation or JIT compilation failed (a needle bug, reported clearly)."""
 

@@ -65,6 +65,8 @@ def arange(start, end=None, step=1, dtype: str = None, device=None, requires_gra
     else float32 (as torch)."""
     if end is None:
         start, end = 0, start
+    if step == 0:
+        raise ArgumentError(f"arange: step must not be 0 (arange({start}, {end}, {step}))")
     integral = all(isinstance(v, numbers.Integral) for v in (start, end, step))
     dtype = dtype or ("int64" if integral else "float32")
     return Tensor(np.arange(start, end, step), dtype=dtype, device=device, requires_grad=requires_grad)

@@ -79,7 +79,12 @@ def matmul_shapes(a_shape, b_shape):
         raise ShapeError(f"matmul: operands need at least 2 dims, got {fmt_shape(a_shape)} and {fmt_shape(b_shape)}")
     if a_shape[-1] != b_shape[-2]:
         raise ShapeError(f"matmul: inner dimensions differ: {fmt_shape(a_shape)} @ {fmt_shape(b_shape)}")
-    batch = broadcast_shapes("matmul", a_shape[:-2], b_shape[:-2])
+    try:
+        batch = broadcast_shapes("matmul", a_shape[:-2], b_shape[:-2])
+    except ShapeError:
+        raise ShapeError(f"matmul: the batch dimensions of {fmt_shape(a_shape)} @ {fmt_shape(b_shape)} "
+                         f"({fmt_shape(a_shape[:-2])} and {fmt_shape(b_shape[:-2])}) cannot be broadcast "
+                         "together") from None
     return batch, a_shape[-2], a_shape[-1], b_shape[-1]
 
 

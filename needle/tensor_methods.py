@@ -223,19 +223,26 @@ class TensorMethods:
         axes, keepdims = axes_of("std", axes, keepdims, names)
         return _ops().StdSqrt()(_ops().var(self, axes, keepdims=keepdims, correction=correction))
 
-    def logsumexp(self, axes=None, **names):
-        axes, _ = axes_of("logsumexp", axes, False, names)
-        return _ops().logsumexp(self, axes)
+    def logsumexp(self, axes=None, keepdims=False, **names):
+        axes, keepdims = axes_of("logsumexp", axes, keepdims, names)
+        out = _ops().logsumexp(self, axes)
+        if not keepdims:
+            return out
+        from .shapes import normalize_axes
+        kept = range(len(self.shape)) if axes is None else normalize_axes("logsumexp", axes, len(self.shape),
+                                                                        self.shape)
+        return out.reshape(tuple(1 if i in kept else s for i, s in enumerate(self.shape)))
 
     def abs(self):
         return _ops().absolute(self)
 
     __abs__ = abs
 
-    def squeeze(self, axis=None):
+    def squeeze(self, axis=None, **names):
         """Drop size-1 axes (all of them, or the given ones, which must have size 1)."""
         from .errors import ShapeError
         from .shapes import normalize_axes
+        axis, _ = axes_of("squeeze", axis, False, names)
         shape = self.shape
         axes = tuple(i for i, s in enumerate(shape) if s == 1) if axis is None else \
             normalize_axes("squeeze", axis, len(shape), shape)
@@ -243,9 +250,13 @@ class TensorMethods:
             raise ShapeError(f"squeeze: axes {axes} of shape {shape} are not all of size 1")
         return self.reshape(tuple(s for i, s in enumerate(shape) if i not in axes))
 
-    def unsqueeze(self, axis):
+    def unsqueeze(self, axis=None, **names):
         """A new size-1 axis at `axis` (negative counts from the end of the result)."""
+        from .errors import ArgumentError
         from .shapes import normalize_axes
+        axis, _ = axes_of("unsqueeze", axis, False, names)
+        if axis is None:
+            raise ArgumentError("unsqueeze: which axis? (unsqueeze(dim))")
         shape = self.shape
         axis = normalize_axes("unsqueeze", axis, len(shape) + 1, shape)[0]
         return self.reshape(shape[:axis] + (1,) + shape[axis:])
@@ -287,10 +298,17 @@ class TensorMethods:
         return self.reshape(*shape)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1):
+        from .errors import AxisError
         shape = self.shape
         if not shape:
             return self.reshape((1,))
-        start, end = start_dim % len(shape), end_dim % len(shape)
+        n = len(shape)
+        for name, d in (("start_dim", start_dim), ("end_dim", end_dim)):
+            if not isinstance(d, (int, numpy.integer)) or isinstance(d, bool) or not -n <= d < n:
+                raise AxisError(f"flatten: {name} {d!r} is out of range for shape {tuple(shape)}")
+        start, end = start_dim % n, end_dim % n
+        if start > end:
+            raise AxisError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} in shape {tuple(shape)}")
         merged = int(numpy.prod(shape[start:end + 1]))
         return self.reshape(shape[:start] + (merged,) + shape[end + 1:])
 
@@ -302,20 +320,28 @@ class TensorMethods:
             shape = tuple(shape[0])
         return _ops().reshape(self, shape)
 
-    def transpose(self, *axes):
+    def transpose(self, *axes, dim0=None, dim1=None, **names):
         """The course's `transpose(axes=None)` (the last two axes, or the two named as one
         tuple) and PyTorch's `transpose(dim0, dim1)`."""
+        if dim0 is not None or dim1 is not None:
+            axes = axes + tuple(d for d in (dim0, dim1) if d is not None)
+        elif names:
+            axes, _ = axes_of("transpose", None, False, names)
+            axes = (axes,)
         if len(axes) == 2:
             return _ops().transpose(self, tuple(axes))
         return _ops().transpose(self, axes[0] if axes else None)
 
-    def permute(self, *axes):
+    def permute(self, *axes, dims=None):
+        if dims is not None:
+            axes = tuple(dims)
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
         return _ops().permute(self, axes)
 
-    def flip(self, axes):
-        return _ops().flip(self, axes)
+    def flip(self, axes=None, dims=None):
+        """The course's `flip(axes)`; PyTorch's `flip(dims)`."""
+        return _ops().flip(self, dims if dims is not None else axes)
 
     def astype(self, dtype):
         return _ops().astype(self, dtype)

@@ -164,3 +164,75 @@ def test_the_everyday_api_on_the_numpy_backend():
     env = dict(os.environ, NEEDLE_BACKEND="np", PYTHONPATH=root)
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+# ---- from a held-out differential check against torch (1638 cases, both modes) --------------
+def test_torch_keywords_for_axes_everywhere():
+    x = T(RNG.standard_normal((3, 1, 4)).astype("float32"))
+    a = x.numpy()
+    assert x.squeeze(dim=1).shape == (3, 4) and x.unsqueeze(dim=0).shape == (1, 3, 1, 4)
+    np.testing.assert_array_equal(x.transpose(dim0=0, dim1=2).numpy(), np.swapaxes(a, 0, 2))
+    np.testing.assert_array_equal(x.permute(dims=(2, 1, 0)).numpy(), a.transpose(2, 1, 0))
+    np.testing.assert_array_equal(x.flip(dims=(0,)).numpy(), a[::-1])
+    lse = x.logsumexp(dim=2, keepdim=True)
+    assert lse.shape == (3, 1, 1)
+    np.testing.assert_allclose(lse.numpy(), np.log(np.exp(a).sum(2, keepdims=True)), rtol=1e-6)
+
+
+def test_where_promotes_as_torch():
+    c = T([True, False, True])
+    two_scalars = ndl.where(c, 2.5, -1.0)
+    assert two_scalars.dtype == "float32"
+    np.testing.assert_array_equal(two_scalars.numpy(), [2.5, -1.0, 2.5])
+    assert ndl.where(c, 1, 0).dtype == "int64"
+    mixed = ndl.where(c, T([7, 8, 9], dtype="int64"), 0.5)
+    assert mixed.dtype == "float32"
+    np.testing.assert_array_equal(mixed.numpy(), [7.0, 0.5, 9.0])
+
+
+@pytest.mark.parametrize("args", [(0, 5), (5,), (1, 0), (-4,)])
+def test_flatten_refuses_dims_out_of_range_or_reversed(args):
+    with pytest.raises(ndl.errors.AxisError, match="flatten"):
+        T(np.zeros((2, 3, 4))).flatten(*args)
+    assert T(np.zeros((2, 3, 4))).flatten(-3, -2).shape == (6, 4)
+
+
+def test_errors_name_the_op_the_user_called():
+    x, empty = T(np.ones((2, 3, 4))), T(np.ones((0, 3)))
+    with pytest.raises(ndl.errors.AxisError, match="^min: axis 3"):
+        x.min(dim=3)
+    with pytest.raises(ndl.errors.ShapeError, match="^min: "):
+        empty.min()
+    with pytest.raises(ndl.errors.ShapeError, match=r"^argmin: .*\(0, 3\)"):
+        empty.argmin(0)
+    with pytest.raises(ndl.errors.ShapeError, match=r"^argmax: .*\(0, 3\)"):
+        empty.argmax()
+    with pytest.raises(ArgumentError, match="argmax: one axis"):
+        x.argmax((0, 1))
+    with pytest.raises(ndl.errors.AxisError, match="size: dim 3"):
+        x.size(3)
+    with pytest.raises(ndl.errors.AxisError, match="integer"):
+        x.size(1.0)
+    with pytest.raises(ArgumentError, match="arange: step"):
+        ndl.arange(0, 5, 0)
+    with pytest.raises(ndl.errors.ShapeError, match=r"where: shapes \(3,\)"):
+        ndl.where(T([True, False, True]), T(np.ones(3)), T(np.ones(5)))
+    with pytest.raises(ndl.errors.ShapeError, match=r"\(2, 3, 4\) @ \(3, 4, 5\)"):
+        T(np.ones((2, 3, 4))) @ T(np.ones((3, 4, 5)))
+
+
+def test_a_zero_d_mask_selects_a_new_axis():
+    x = T(np.array(1.5, "float32"))
+    np.testing.assert_array_equal(x[T(np.array(True))].numpy(), [1.5])
+    assert x[T(np.array(False))].shape == (0,)
+    m = T(np.ones((2, 2), "float32"))
+    assert m[np.array(True)].shape == (1, 2, 2)
+
+
+def test_attention_with_a_value_dim_of_its_own():
+    q, k, v = (RNG.standard_normal(s).astype("float32") for s in [(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 6)])
+    out, probs = nn.MultiHeadAttention()(T(q), T(k), T(v))
+    scores = q @ k.transpose(0, 1, 3, 2) / 2.0
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out.numpy(), p @ v, rtol=1e-5, atol=1e-6)

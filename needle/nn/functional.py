@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import init, ops
-from ..autograd import Tensor
-from ..errors import ArgumentError, ShapeError, fmt_shape
+from ..autograd import Tensor, host_argument
+from ..engine import capture
+from ..errors import ArgumentError, IndexingError, ShapeError, fmt_shape
 
 __all__ = ["relu", "gelu", "tanh", "sigmoid", "softmax", "log_softmax", "cross_entropy", "mse_loss", "dropout",
            "linear", "layer_norm"]
@@ -58,17 +61,70 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 def cross_entropy(logits: Tensor, target, reduction: str = "mean") -> Tensor:
     """Softmax cross-entropy of (N, C) logits and N integer class labels."""
-    from .nn_basic import SoftmaxLoss
     if reduction == "mean":
-        return SoftmaxLoss()(logits, target)
+        return softmax_loss("cross_entropy", logits, target)
     if reduction == "sum":
-        return SoftmaxLoss()(logits, target) * logits.shape[0]
+        return softmax_loss("cross_entropy", logits, target) * logits.shape[0]
     raise ArgumentError(f"cross_entropy: reduction must be 'mean' or 'sum', got {reduction!r}")
 
 
 def mse_loss(pred: Tensor, target: Tensor) -> Tensor:
-    from .nn_basic import MSELoss
-    return MSELoss()(pred, target)
+    return squared_error("mse_loss", pred, target)
+
+
+# ---- the losses' math, shared with nn.SoftmaxLoss / nn.MSELoss (errors name the caller) --------
+def check_ndim(module: str, x: Tensor, ndim: int, what: str) -> None:
+    """Raise a ShapeError naming the module when `x` is not `ndim`-dimensional."""
+    if len(x.shape) != ndim:
+        raise ShapeError(f"{module}: expects a {ndim}-d input {what}, got shape {fmt_shape(x.shape)}")
+
+
+def softmax_loss(name: str, logits: Tensor, y) -> Tensor:
+    """Mean over the batch of logsumexp(z) - z[y] (logsumexp keeps it finite for logits
+    of 1e10), for (N, k) logits and N integer labels, checked."""
+    check_ndim(name, logits, 2, "of logits (batch, classes)")
+    n, k = logits.shape
+    y_shape = tuple(y.shape) if hasattr(y, "shape") else (len(y),)
+    if y_shape != (n,):
+        raise ShapeError(f"{name}: labels have shape {fmt_shape(y_shape)} but the logits "
+                         f"{fmt_shape(logits.shape)} need ({n},)")
+    y = host_argument(y, name)  # (numpy labels of a captured step: an input of every replay)
+    labels = checked_labels(name, y, k)
+    if isinstance(y, Tensor):  # index with the tensor itself, so a captured step (needle.jit)
+        labels = y             # reads each call's labels; kernels clamp what was not checked
+    picked = ops.pick(logits, labels)  # logits[i, y_i]: a gather, no dense one-hot
+    return (ops.logsumexp(logits, (1,)) - picked).sum() / n
+
+
+def checked_labels(module: str, y, classes: int):
+    """Class labels (Tensor, array or list; ints or whole floats) as int64 on the host,
+    checked: labels are data the caller already has, so reading them costs no sync.
+    Labels still pending (computed on the device) are not read, and not checked."""
+    if isinstance(y, Tensor):
+        data = y._cached_data
+        if getattr(data, "is_lazy", False) and data.realized is None:
+            return None
+        y = y.realize_cached_data()  # already computed: a look, not a computation
+        capture.check(y, lambda values: checked_labels(module, values, classes))  # (at each replay too)
+    values = np.asarray(y.numpy() if hasattr(y, "numpy") else y).reshape(-1)
+    if values.size and values.dtype.kind == "f" and np.modf(values)[0].any():
+        bad = values[values != np.floor(values)][0]
+        raise ArgumentError(f"{module}: labels must be whole numbers, got {bad}")
+    labels = values.astype(np.int64)
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        bad = labels[(labels < 0) | (labels >= classes)][0]
+        raise IndexingError(f"{module}: label {bad} is out of range for {classes} classes "
+                            f"(labels span [{labels.min()}, {labels.max()}])")
+    return labels
+
+
+def squared_error(name: str, pred: Tensor, target: Tensor) -> Tensor:
+    """Mean of (prediction - target)^2 over all elements."""
+    if tuple(pred.shape) != tuple(target.shape):
+        raise ShapeError(f"{name}: prediction {fmt_shape(pred.shape)} and target "
+                         f"{fmt_shape(target.shape)} differ in shape")
+    diff = pred - target
+    return (diff * diff).sum() / max(math.prod(pred.shape), 1)
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:

@@ -2,8 +2,9 @@
 normalization, Dropout, Residual.
 
 Every forward is written with Tensor ops only, so the same code runs eagerly or
-records a lazy graph; nothing here reads tensor data back into numpy, except
-class labels, which `init.one_hot` turns into a constant, as in the course.
+records a lazy graph; nothing here reads tensor data back into numpy.  The losses'
+math lives in `functional` (softmax_loss, squared_error), as torch's modules call
+theirs; class labels are checked on the host there.
 """
 from __future__ import annotations
 
@@ -12,19 +13,13 @@ import numbers
 import math
 from typing import Any, Optional
 
-import numpy as np
 
 from .. import array_api, init, ops
-from ..autograd import Tensor, host_argument
-from ..engine import capture
+from ..autograd import Tensor
 from ..errors import ArgumentError, IndexingError, ShapeError, fmt_shape
+from . import functional as F
+from .functional import check_ndim
 from .nn_module import Module, Parameter
-
-
-def check_ndim(module: str, x: Tensor, ndim: int, what: str) -> None:
-    """Raise a ShapeError naming the module when `x` is not `ndim`-dimensional."""
-    if len(x.shape) != ndim:
-        raise ShapeError(f"{module}: expects a {ndim}-d input {what}, got shape {fmt_shape(x.shape)}")
 
 
 def check_features(module: str, x: Tensor, features: int) -> None:
@@ -123,8 +118,7 @@ class GELU(Module):
         self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
-        from .functional import gelu
-        return gelu(x, self.approximate)
+        return F.gelu(x, self.approximate)
 
 
 class Softmax(Module):
@@ -189,41 +183,7 @@ class SoftmaxLoss(Module):
     (N, k) and integer labels y (N,).  logsumexp keeps it finite for logits of 1e10."""
 
     def forward(self, logits: Tensor, y: Any) -> Tensor:
-        name = type(self).__name__
-        check_ndim(name, logits, 2, "of logits (batch, classes)")
-        n, k = logits.shape
-        y_shape = tuple(y.shape) if hasattr(y, "shape") else (len(y),)
-        if y_shape != (n,):
-            raise ShapeError(f"{name}: labels have shape {fmt_shape(y_shape)} but the logits "
-                             f"{fmt_shape(logits.shape)} need ({n},)")
-        y = host_argument(y, name)  # (numpy labels of a captured step: an input of every replay)
-        labels = _checked_labels(name, y, k)
-        if isinstance(y, Tensor):  # index with the tensor itself, so a captured step (needle.jit)
-            labels = y             # reads each call's labels; kernels clamp what was not checked
-        picked = ops.pick(logits, labels)  # logits[i, y_i]: a gather, no dense one-hot
-        return (ops.logsumexp(logits, (1,)) - picked).sum() / n
-
-
-def _checked_labels(module: str, y: Any, classes: int) -> np.ndarray:
-    """Class labels (Tensor, array or list; ints or whole floats) as int64 on the host,
-    checked: labels are data the caller already has, so reading them costs no sync.
-    Labels still pending (computed on the device) are not read, and not checked."""
-    if isinstance(y, Tensor):
-        data = y._cached_data
-        if getattr(data, "is_lazy", False) and data.realized is None:
-            return None
-        y = y.realize_cached_data()  # already computed: a look, not a computation
-        capture.check(y, lambda values: _checked_labels(module, values, classes))  # (at each replay too)
-    values = np.asarray(y.numpy() if hasattr(y, "numpy") else y).reshape(-1)
-    if values.size and values.dtype.kind == "f" and np.modf(values)[0].any():
-        bad = values[values != np.floor(values)][0]
-        raise ArgumentError(f"{module}: labels must be whole numbers, got {bad}")
-    labels = values.astype(np.int64)
-    if labels.size and (labels.min() < 0 or labels.max() >= classes):
-        bad = labels[(labels < 0) | (labels >= classes)][0]
-        raise IndexingError(f"{module}: label {bad} is out of range for {classes} classes "
-                            f"(labels span [{labels.min()}, {labels.max()}])")
-    return labels
+        return F.softmax_loss(type(self).__name__, logits, y)
 
 
 class CrossEntropyLoss(SoftmaxLoss):
@@ -234,11 +194,7 @@ class MSELoss(Module):
     """Mean of (prediction - target)^2 over all elements."""
 
     def forward(self, pred: Tensor, target: Tensor) -> Tensor:
-        if tuple(pred.shape) != tuple(target.shape):
-            raise ShapeError(f"MSELoss: prediction {fmt_shape(pred.shape)} and target "
-                             f"{fmt_shape(target.shape)} differ in shape")
-        diff = pred - target
-        return (diff * diff).sum() / max(math.prod(pred.shape), 1)
+        return F.squared_error("MSELoss", pred, target)
 
 
 # ---- normalization ------------------------------------------------------------------------
@@ -339,8 +295,7 @@ class LayerNorm(Module):
         return f"{self.normalized_shape}, eps={self.eps}"
 
     def forward(self, x: Tensor) -> Tensor:
-        from .functional import layer_norm
-        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class Dropout(Module):

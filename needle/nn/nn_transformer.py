@@ -30,7 +30,8 @@ def _check_ndim(module: str, x: Tensor, ndim: int, what: str) -> None:
 class MultiHeadAttention(Module):
     """softmax(q·kᵀ / sqrt(D) [+ causal mask]) · v over (B, H, T, D) inputs; no parameters.
 
-    Returns (result (B, H, Tq, D), probs (B, H, Tq, Tk)), probs after dropout."""
+    Returns (result (B, H, Tq, Dv), probs (B, H, Tq, Tk)), probs after dropout; v's dim Dv
+    may differ from q's and k's D (torch's scaled_dot_product_attention)."""
 
     def __init__(self, *, dropout: float = 0.0, causal: bool = False, device=None, dtype: str = "float32") -> None:
         super().__init__()
@@ -60,9 +61,10 @@ class MultiHeadAttention(Module):
             _check_ndim("MultiHeadAttention", x, 4, f"{name} of shape (batch, heads, length, dim)")
         batch, heads, q_len, q_dim = q.shape
         kb, kh, kv_len, k_dim = k.shape
-        if (kb, kh, k_dim) != (batch, heads, q_dim) or v.shape[:3] != (batch, heads, kv_len) or v.shape[3] != q_dim:
+        if (kb, kh, k_dim) != (batch, heads, q_dim) or v.shape[:3] != (batch, heads, kv_len):
             raise ShapeError(f"MultiHeadAttention: q {fmt_shape(q.shape)}, k {fmt_shape(k.shape)} and "
-                             f"v {fmt_shape(v.shape)} must share batch, heads and dim, k and v their length")
+                             f"v {fmt_shape(v.shape)} must share batch and heads, q and k their dim, k and v "
+                             "their length")
         scores = (q @ ops.transpose(k, (2, 3))) / math.sqrt(q_dim)
         if self.causal:
             mask = self.create_causal_mask(q_len, kv_len, device=q.device, dtype=q.dtype)

@@ -13,7 +13,7 @@ import numpy as np
 from .. import array_api as A
 from ..autograd import Tensor, TensorOp
 from ..dtypes import FLOATS
-from ..errors import ShapeError, fmt_shape
+from ..errors import ArgumentError, ShapeError, fmt_shape
 from ..shapes import normalize_axes
 from .ops_elementwise import astype
 from .ops_indexing import host_array
@@ -75,19 +75,25 @@ class ArgMax(TensorOp):
     int64.  Built from primitives: n - max(eq * (n - position)) where eq marks the
     maxima (and NaNs, which numpy's argmax reports first)."""
 
-    def __init__(self, axis=None, keepdims: bool = False):
+    def __init__(self, axis=None, keepdims: bool = False, name: str = "argmax"):
         self.axis = axis
         self.keepdims = keepdims
+        self.op_name = name
 
     def compute(self, a):
+        shape = a.shape
         if self.axis is None:
             a = A.reshape(a, (int(np.prod(a.shape)),))
             axis = 0
         else:
-            axis = normalize_axes("argmax", self.axis, a.ndim, a.shape)[0]
+            axes = normalize_axes(self.op_name, self.axis, a.ndim, a.shape)
+            if len(axes) != 1:
+                raise ArgumentError(f"{self.op_name}: one axis or None (the whole tensor), got {self.axis!r}")
+            axis = axes[0]
         n = a.shape[axis]
         if n == 0:
-            raise ShapeError(f"argmax: cannot reduce over empty axis {axis} of shape {fmt_shape(a.shape)}")
+            where = f"over empty axis {axis} of" if self.axis is not None else "the empty"
+            raise ShapeError(f"{self.op_name}: cannot reduce {where} shape {fmt_shape(shape)}")
         m = A.broadcast_to(A.amax(a, axis=axis, keepdims=True), a.shape)
         hit = _compare_arrays("eq", a, m) + _compare_arrays("ne", a, a)
         shape = [1] * a.ndim
@@ -106,7 +112,7 @@ def argmax(a: Tensor, axis=None, keepdims: bool = False) -> Tensor:
 
 
 def argmin(a: Tensor, axis=None, keepdims: bool = False) -> Tensor:
-    return ArgMax(axis, keepdims)((-_float(a)).const_of())
+    return ArgMax(axis, keepdims, "argmin")((-_float(a)).const_of())
 
 
 # ---- reductions -------------------------------------------------------------------------------
@@ -115,6 +121,9 @@ def amin(a: Tensor, axes=None, keepdims: bool = False) -> Tensor:
     minima).  Integers go through top - a, top = 255 for uint8 and -1 otherwise,
     which maps every value into range (-a does not: -0 - 1 wraps in uint8, -(-2**31)
     in int32); bools through uint8."""
+    for ax in normalize_axes("min", axes, len(a.shape), a.shape):  # (errors named as the user's op)
+        if a.shape[ax] == 0:
+            raise ShapeError(f"min: cannot reduce over empty axis {ax} of shape {fmt_shape(a.shape)}")
     if a.dtype in FLOATS:
         return -reduce_max(-a, axes, keepdims=keepdims)
     if a.dtype == "bool":

@@ -113,21 +113,39 @@ class Where(TensorOp):
 
 
 def where(cond, a, b):
-    """torch.where / numpy.where: `a` where `cond`, else `b` (scalars allowed for a, b)."""
+    """torch.where / numpy.where: `a` where `cond`, else `b` (scalars allowed for a, b).
+    Scalars take the tensor's dtype, except a fraction beside an integer or bool tensor,
+    which makes the result float32; two scalars are float32, int64 or bool (torch's
+    promotion)."""
     from ..autograd import Tensor
-    like = a if isinstance(a, Tensor) else b
-    if not isinstance(like, Tensor):
-        like = cond
-    a, b = (x if isinstance(x, Tensor) else Tensor(numpy.full((), x, dtype=numpy.dtype(like.dtype)),
-                                                   device=like.device, dtype=like.dtype, requires_grad=False)
+    from ..dtypes import FLOATS
+    from ..errors import DTypeError
+    from ..shapes import broadcast_shapes
+    tensors = [x for x in (a, b) if isinstance(x, Tensor)]
+    scalars = [x for x in (a, b) if not isinstance(x, Tensor)]
+    for x in scalars:
+        if not isinstance(x, (bool, int, float, numpy.bool_, numpy.number)):
+            raise DTypeError(f"where: a and b must be Tensors or numbers, got {type(x).__name__}")
+    fraction = any(not isinstance(x, (bool, numpy.bool_, int, numpy.integer)) for x in scalars)
+    if tensors:
+        dtype = tensors[0].dtype
+        if len(tensors) == 2 and tensors[1].dtype != dtype:
+            raise DTypeError(f"where: the operands' dtypes differ ({a.dtype} {tuple(a.shape)} and {b.dtype} "
+                             f"{tuple(b.shape)}); cast one first")
+        if fraction and dtype not in FLOATS:
+            dtype = "float32"
+        elif dtype == "bool" and any(not isinstance(x, (bool, numpy.bool_)) for x in scalars):
+            dtype = "int64"
+    else:
+        dtype = "float32" if fraction else "bool" if all(isinstance(x, (bool, numpy.bool_)) for x in scalars) \
+            else "int64"
+    device = tensors[0].device if tensors else cond.device if isinstance(cond, Tensor) else None
+    a, b = (x.astype(dtype) if isinstance(x, Tensor) and x.dtype != dtype else x if isinstance(x, Tensor) else
+            Tensor(numpy.full((), x, dtype=numpy.dtype(dtype)), device=device, dtype=dtype, requires_grad=False)
             for x in (a, b))
-    if a.dtype != b.dtype:
-        from ..errors import DTypeError
-        raise DTypeError(f"where: the operands' dtypes differ ({a.dtype} {tuple(a.shape)} and {b.dtype} "
-                         f"{tuple(b.shape)}); cast one first")
     if not isinstance(cond, Tensor):
         cond = Tensor(numpy.asarray(cond), device=a.device, requires_grad=False)
-    shape = numpy.broadcast_shapes(tuple(cond.shape), tuple(a.shape), tuple(b.shape))
+    shape = broadcast_shapes("where", tuple(cond.shape), tuple(a.shape), tuple(b.shape))
     from .ops_reduce import broadcast_to
     cond, a, b = (x if tuple(x.shape) == shape else broadcast_to(x, shape) for x in (cond.const_of(), a, b))
     return Where()(cond, a, b)

@@ -329,6 +329,8 @@ def index(a: Tensor, idxs) -> Tensor:
     items = idxs if isinstance(idxs, tuple) else (idxs,)
     if all(_is_basic(i) for i in items):
         return getitem(a, idxs)
+    if len(items) == 1 and is_mask(items[0]) and _host_mask(items[0]).ndim == 0:  # (numpy: a new axis of
+        return index(reshape(a, (1,) + tuple(a.shape)), (_host_mask(items[0]).reshape(1),))  # 1 or 0 items)
     entries = _expand(a.shape, items, "getitem")
     basic, arrays, positions, where = [], [], [], []
     out_axis = 0

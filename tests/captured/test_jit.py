@@ -780,12 +780,15 @@ def test_python_state_the_step_rebinds_runs_plainly_with_a_warning():
 
 
 def test_a_function_that_never_replays_runs_plainly_with_a_warning():
-    # a float argument new at every call: each call a new capture, none replayed
+    # an object argument new at every call (by identity): each call a new capture, none replayed
+    class Config:
+        def __init__(self, scale):
+            self.scale = scale
     with ndl.lazy(True):
         model = _small_model()
-        fn = ndl.jit(lambda x, scale: model(x).sum() * scale, max_captures=2)
+        fn = ndl.jit(lambda x, cfg: model(x).sum() * cfg.scale, max_captures=2)
         with pytest.warns(UserWarning, match="none replayed"):
-            got = [float(fn(_data(0)[0], 0.5 + i).numpy()) for i in range(8)]
+            got = [float(fn(_data(0)[0], Config(0.5 + i)).numpy()) for i in range(8)]
         want = [float((model(_data(0)[0]).sum() * (0.5 + i)).numpy()) for i in range(8)]
         np.testing.assert_allclose(got, want, rtol=1e-6)
         assert fn.replays == 0
