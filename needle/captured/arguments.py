@@ -24,35 +24,54 @@ class Call:
                  "parts")
 
     def __init__(self, args, kwargs):
-        self.flat, self.inputs, self.arrays, self.values, self.owners, self.boxes = [], [], [], {}, [], []
-        self.parts = []  # the containers and structures among the arguments, in order
+        self.values, self.boxes, self.parts = {}, [], []  # (parts: the containers and structures, in order)
         self._positions = None
-        if not kwargs and all(type(a) is Tensor and not a.__dict__ for a in args):  # f(x, y): no walk
-            self.flat, self.inputs = list(args), list(args)
-            template = _tensors_template(len(args))
-        else:
-            template = (self._flatten(args), self._flatten(kwargs) if kwargs else ())
-        layouts = []
-        for t in self.inputs:
-            a = t._cached_data
-            if getattr(a, "is_lazy", False):
-                a = t.realize_cached_data()
-            if not hasattr(a, "_handle"):
-                raise Plain  # (a TensorTuple's data, or the numpy backend)
-            layouts.append((a._shape, a._dtype, a._device.name, a._strides, a._offset, t.requires_grad))
-            self.arrays.append(a)
-            self.owners.append(t)
+        if not kwargs:
+            for a in args:  # (a loop, not a generator: every call)
+                if type(a) is not Tensor or a.__dict__:
+                    break
+            else:  # f(x, y): no walk, no NDArray to look for
+                self._tensors(args)
+                return
+        self.flat, self.inputs, self.arrays, self.owners = [], [], [], []
+        template = (self._flatten(args), self._flatten(kwargs) if kwargs else ())
+        layouts = [self._layout(t) for t in self.inputs]
+        self.owners = list(self.inputs)
         for a in self.flat:
             if type(a).__name__ == "NDArray" and hasattr(a, "_handle"):
-                layouts.append((a._shape, a._dtype, a._device.name, a._strides, a._offset))
+                device = a._device.name
+                if device != "cpu" and device != "cuda":
+                    raise Plain
+                layouts.append((a._shape, a._dtype, device, a._strides, a._offset))
                 self.arrays.append(a)
                 self.owners.append(None)
-        if any(layout[2] not in ("cpu", "cuda") for layout in layouts):
-            raise Plain  # cpu_numpy runs op by op in numpy: nothing to capture
         self.input_grads = [t.grad for t in self.inputs]
         ids = [id(x) for x in self.flat if not isinstance(x, SIMPLE)]
         aliases = None if len(set(ids)) == len(ids) else tuple(ids.index(i) for i in ids)
         self.key = (template, tuple(layouts), aliases, autograd.GRAD_ENABLED)
+
+    def _tensors(self, args) -> None:
+        """`__init__` for arguments that are all Tensors without attributes."""
+        self.flat, self.inputs, self.owners, self.arrays = list(args), list(args), list(args), []
+        layouts = [self._layout(t) for t in args]
+        self.input_grads = [t.grad for t in args]
+        n = len(args)
+        aliases = None if n < 2 or len({id(t) for t in args}) == n else tuple(
+            [next(j for j, u in enumerate(args) if u is t) for t in args])
+        self.key = (_tensors_template(n), tuple(layouts), aliases, autograd.GRAD_ENABLED)
+
+    def _layout(self, t) -> tuple:
+        """An input's layout (part of the key), its realized array appended to `arrays`."""
+        a = t._cached_data
+        if getattr(a, "is_lazy", False):
+            a = t.realize_cached_data()
+        if not hasattr(a, "_handle"):
+            raise Plain  # (a TensorTuple's data, or the numpy backend)
+        device = a._device.name
+        if device != "cpu" and device != "cuda":
+            raise Plain  # cpu_numpy runs op by op in numpy: nothing to capture
+        self.arrays.append(a)
+        return (a._shape, a._dtype, device, a._strides, a._offset, t.requires_grad)
 
     def _flatten(self, value):
         if isinstance(value, Tensor):

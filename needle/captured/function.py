@@ -47,6 +47,7 @@ from .arguments import Call, Plain, traced_arguments, untraced
 from .numpy_args import TracedArray
 from .code import global_names
 from .places import same_rng_state
+from .records import realized_array
 from .tracing import Tracer
 from .world import World
 
@@ -256,7 +257,7 @@ class JitFunction:
             self._run_plainly("it reaches too many Python objects to guard")
             return self.fn(*args, **kwargs)
         for t in call.inputs:
-            world.initial.setdefault(id(t), realized(t))
+            world.initial.setdefault(id(t), realized_array(t))
         rng, py_rng = np.random.get_state(), random.getstate()
         call.watch_attributes()
         recorder = capture.Recorder()
@@ -307,13 +308,6 @@ class JitFunction:
         text = "\n".join(lines)
         print(text)
         return text
-
-
-def realized(tensor):
-    data = tensor._cached_data
-    if getattr(data, "is_lazy", False):
-        data = tensor.realize_cached_data()
-    return data
 
 
 def _realize_now(tensors) -> None:
@@ -440,7 +434,7 @@ def host_call(fn, tensors, device) -> list:
     Tensors on `device`.  For host work inside a training step (an MPI all-reduce):
     a step captured by needle.jit replays it between its schedules with each replay's
     buffers, where reading the tensors with `.numpy()` would refuse to be captured."""
-    arrays = [realized(t) for t in tensors]
+    arrays = [realized_array(t) for t in tensors]
     results = fn(*[a.numpy() if hasattr(a, "_handle") else a for a in arrays])
     outs = [Tensor(r, device=device, dtype=str(r.dtype), requires_grad=False) for r in results]
     capture.host(fn, arrays, [o._cached_data for o in outs], device)
