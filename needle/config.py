@@ -30,6 +30,8 @@ BACKEND = os.environ.get("NEEDLE_BACKEND", "nd").strip() or "nd"
 DEBUG = _int("NEEDLE_DEBUG", 0)
 #: CPU threads used by compiled kernels.
 THREADS = max(1, _int("NEEDLE_THREADS", _default_threads()))
+#: size each launch's thread team from the cores other processes leave free (runtime/team.py).
+ADAPT_THREADS = _int("NEEDLE_ADAPT_THREADS", 1) != 0
 #: on-disk kernel cache.
 CACHE = _int("NEEDLE_CACHE", 1) != 0
 CACHE_DIR = os.environ.get("NEEDLE_CACHE_DIR") or os.path.join(

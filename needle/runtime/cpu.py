@@ -24,6 +24,7 @@ from .lru import ENTRY_BYTES_PER_CALL
 from .counters import COUNTERS
 from .pool import POOL
 from .runner import ScheduleRunner
+from .team import Team
 
 #: `timer(compiled_schedule, call_index, start, seconds)` after each launch, or None;
 #: set by needle.profiler only while a profile is active (no cost otherwise)
@@ -236,7 +237,9 @@ class CompiledSchedule(ScheduleRunner):
         its team may be asleep; that one goes through `_launch`, the rest natively again."""
         if args is not self.tables:
             return False
-        clock = WORKERS.clock_address
+        workers = WORKERS
+        workers.clock[2] = TEAM.now(time.perf_counter())
+        clock = workers.clock_address
         self.own_block[7] = clock  # (the tables are this thread's until the run ends)
         i, n = self.native(self.own_block_ptr), self.n_calls
         while i < n:  # a threaded kernel whose team may be asleep
@@ -250,6 +253,7 @@ class CompiledSchedule(ScheduleRunner):
 
     def launch(self, args, i, limits, timed):
         if i == 0:  # fill every kernel's pointer list from `args`' slots, launching none
+            WORKERS.clock[2] = TEAM.now(time.perf_counter())
             gather = launcher.block(0, 0, args.ptrs_ptr, self.slots_ptr, self.shifts_ptr, args.table_ptr,
                                     self.slot_matrix.size, WORKERS.clock_address)
             self.native(gather.ctypes.data)
@@ -399,8 +403,9 @@ class _Workers(threading.local):
 
     def __init__(self):
         #: [when a threaded launch last finished, ASLEEP_AFTER], in CLOCK_MONOTONIC ns
-        #: (perf_counter's clock): read and set by the native launcher too
-        self.clock = (ctypes.c_int64 * 2)(-10 ** 18, int(ASLEEP_AFTER * 1e9))
+        #: (perf_counter's clock), and the team size now (TEAM): read and set by the
+        #: native launcher too
+        self.clock = (ctypes.c_int64 * 3)(-10 ** 18, int(ASLEEP_AFTER * 1e9), TEAM.size)
         self.clock_address = ctypes.addressof(self.clock)
         self.lag = 0.0        # seconds the last worker took to start after sleeping (last measured)
         self.retry_at = 0.0   # perf_counter() after which a sleeping team is woken again to measure it
@@ -427,6 +432,8 @@ class _Workers(threading.local):
         return entry
 
 
+#: the thread team's size as the machine's load allows (runtime/team.py)
+TEAM = Team()
 WORKERS = _Workers()
 
 #: how long a team's measured wake-up stands: after this, a kernel after an idle spell
@@ -472,7 +479,8 @@ def _launch(kernel, args: _Args, i: int, total: int, threads: int, limits) -> No
     limits_ptr = limits.ctypes.data if limits is not None else 0
     if threads:
         workers, key, start = WORKERS, (id(kernel), total), time.perf_counter()
-        if _one_thread_is_faster(workers, key, threads, start):
+        threads = min(threads, workers.clock[2])
+        if threads < 2 or _one_thread_is_faster(workers, key, threads, start):
             threads = 0
     if threads:
         data, address = workers.block(threads)

@@ -6,9 +6,10 @@ therefore launched by one ctypes call into this loop, which reads (entry point,
 buffer table, parameters, total, error flag, threads) six 64-bit words per kernel
 and calls each entry point as Python would.  A threaded kernel's entry holds its
 `_omp` wrapper and the wrapper's data block: the loop starts it with libgomp's
-`GOMP_parallel` while the team's threads still spin (their last team launch ended
-less than `clock[1]` ns ago, `clock[0]` when it ended, CLOCK_MONOTONIC as
-perf_counter); else it stops there and returns the kernel's index, and the runtime
+`GOMP_parallel`, on at most `clock[2]` threads (the team size the machine's load
+allows, runtime/team.py), while the team's threads still spin (their last team launch
+ended less than `clock[1]` ns ago, `clock[0]` when it ended, CLOCK_MONOTONIC as
+perf_counter); a team of one runs the wrapper on the calling thread; else it stops there and returns the kernel's index, and the runtime
 decides in Python whether waking the team pays (runtime/cpu.py `_launch`).  In
 Python, a threaded launch cost 5-6 us besides GOMP's own microsecond: more than
 two threads saved on a batched 4x8x32x32 matmul (29 us on one thread, 16.5 on two).
@@ -42,8 +43,9 @@ def _ir(gomp_parallel: int) -> str:
     one array of 64-bit words (ctypes converts one argument in 0.4 us, eight in 1.6):
     for each of the `cells` cells, table[c] = ptrs[slots[c]] + shifts[c]; then for each
     of the `n` entries, fn(bufs, params, 0, total, null, err), or with threads > 0,
-    GOMP_parallel(fn, bufs, threads, 0) (at address `gomp_parallel`) if the team ran
-    within clock[1] ns, else return that entry's index."""
+    GOMP_parallel(fn, bufs, min(threads, clock[2]), 0) (at address `gomp_parallel`) if
+    the team ran within clock[1] ns, else return that entry's index; where clock[2], the
+    team size (runtime/team.py), is 1, fn(bufs) on this thread."""
     loads = []
     for k, (name, is_ptr) in enumerate(_FIELDS):
         word = name + "_word" if is_ptr else name
@@ -65,7 +67,8 @@ def _ir(gomp_parallel: int) -> str:
             f"  %{name}{'' if name in ('n', 'cells') else '_word'} = load i64, ptr %p_block_{name}")],
         *[f"  %{name} = inttoptr i64 %{name}_word to ptr" for name in BLOCK if name not in ("n", "cells")],
         "  %ts = alloca [2 x i64]", "  %ts_ns = getelementptr i64, ptr %ts, i64 1",
-        "  %p_asleep = getelementptr i64, ptr %clock, i64 1", "  br label %gather",
+        "  %p_asleep = getelementptr i64, ptr %clock, i64 1", "  %p_team = getelementptr i64, ptr %clock, i64 2",
+        "  br label %gather",
         "gather:", "  %c = phi i64 [0, %entry], [%c_next, %fill]", "  %c_more = icmp slt i64 %c, %cells",
         "  br i1 %c_more, label %fill, label %start",
         "fill:", "  %p_slot = getelementptr i64, ptr %slots, i64 %c", "  %slot = load i64, ptr %p_slot",
@@ -81,10 +84,15 @@ def _ir(gomp_parallel: int) -> str:
         "  %threaded = icmp sgt i64 %threads, 0", "  br i1 %threaded, label %team, label %single",
         "single:", "  call void %fn(ptr %bufs, ptr %params, i64 0, i64 %total, ptr null, ptr %err)",
         "  br label %ran",
-        "team:", *now("now"), "  %last = load i64, ptr %clock", "  %asleep_after = load i64, ptr %p_asleep",
+        "team:", "  %team_size = load i64, ptr %p_team", "  %fewer = icmp slt i64 %team_size, %threads",
+        "  %members = select i1 %fewer, i64 %team_size, i64 %threads", "  %alone = icmp sle i64 %members, 1",
+        "  br i1 %alone, label %by_itself, label %awake",
+        # the `_omp` wrapper called outside a parallel region: omp_get_num_threads() is 1
+        "by_itself:", "  call void %fn(ptr %bufs)", "  br label %ran",
+        "awake:", *now("now"), "  %last = load i64, ptr %clock", "  %asleep_after = load i64, ptr %p_asleep",
         "  %idle = sub i64 %now, %last", "  %asleep = icmp sgt i64 %idle, %asleep_after",
         "  br i1 %asleep, label %exit, label %wake",
-        "wake:", f"  %gomp = inttoptr i64 {gomp_parallel} to ptr", "  %threads32 = trunc i64 %threads to i32",
+        "wake:", f"  %gomp = inttoptr i64 {gomp_parallel} to ptr", "  %threads32 = trunc i64 %members to i32",
         "  call void %gomp(ptr %fn, ptr %bufs, i32 %threads32, i32 0)", *now("end"),
         "  store i64 %end, ptr %clock", "  br label %ran",
         "ran:", "  %next = add i64 %i, 1", "  br label %loop",

@@ -33,8 +33,9 @@ NAMES = list(loops.LOOPS) if os.environ.get("NEEDLE_TEST_ALL_SCRIPTS") == "1" el
 def run(name, mode, tmp_path):
     out = tmp_path / f"{name}.{mode}.pkl"
     root = os.path.join(HERE, *[".."] * 3)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     p = subprocess.run([sys.executable, os.path.join(HERE, "harness.py"), name, mode, str(out)], cwd=root,
-                       capture_output=True, text=True, timeout=600)
+                       env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0 and out.exists(), p.stderr[-2000:]
     with open(out, "rb") as f:
         return pickle.load(f)

@@ -17,6 +17,13 @@ from needle.runtime import jit
 CPU = ndl.cpu()
 
 
+@pytest.fixture(autouse=True)
+def whole_team(monkeypatch):
+    """Every CPU free for the team (runtime/team.py measures the machine's load; these
+    tests are about the launch paths, whatever else the machine runs)."""
+    monkeypatch.setattr(cpu_runtime.TEAM, "now", lambda now: 2)
+
+
 def leaf(x):
     return build.buffer(NDArray(x, device=CPU, dtype=x.dtype.name))
 
@@ -239,3 +246,20 @@ def test_transcendentals_weigh_an_elementwise_kernels_work(monkeypatch):
                                                                     (1,)), rows)
     assert flags == [0]
     np.testing.assert_allclose(values.reshape(-1), np.exp(rows.astype(np.float64)).sum(1), rtol=1e-6)
+
+
+def test_a_team_of_one_runs_threaded_kernels_on_the_calling_thread(monkeypatch):
+    """When the machine's load leaves one core (TEAM), a threaded kernel runs its `_omp`
+    wrapper on the calling thread, from the native loop and from Python, without
+    starting GOMP's team; the values are the same."""
+    x, y, entry, leaves, scalars, device = _mixed_schedule(monkeypatch)
+    monkeypatch.setattr(cpu_runtime.TEAM, "now", lambda now: 1)
+    workers = cpu_runtime.WORKERS
+    for spinning in (True, False):  # the native loop runs it; Python would have decided
+        monkeypatch.setattr(jit, "gomp", lambda: pytest.fail("GOMP started"))
+        workers.last_end = time.perf_counter() if spinning else -1e9
+        before = workers.last_end
+        outs = [o.numpy() for o in entry.run(leaves, scalars, device)]
+        assert workers.last_end == before  # no team launch ended
+        np.testing.assert_allclose(outs[0], np.exp(x.astype(np.float64)), rtol=2e-7)
+        np.testing.assert_array_equal(outs[1], y + np.float32(1.0))

@@ -1,0 +1,100 @@
+"""How many threads a kernel launch may use now: the CPUs this process may run on,
+less the cores other processes keep busy.
+
+A thread team is only as fast as its slowest member.  When another process keeps a
+core busy, one of the team's threads shares that core with it and the scheduler
+hands it time slices of milliseconds: every threaded kernel then waits at its end
+for a thread that is not running, and a step takes several times longer than on one
+thread (torch's OpenMP collapses the same way).  So the team is sized from what the
+machine has to spare, measured, not from how many CPUs it has.
+
+The measure: the busy time of this process's CPUs (from /proc/stat, steal time
+included: a vCPU its host does not run is as busy as one another process runs) less
+this process's own CPU time, over the last interval, is the number of cores other
+processes used.  Our own threads, spinning or not, are never counted against us, so
+the measure does not swing when the team shrinks or grows.  The median of the last
+three intervals decides, so that a passing burst does not move the team.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+
+from .. import config
+
+#: seconds between two readings of /proc/stat (a reading costs tens of microseconds)
+INTERVAL = 0.1
+#: readings whose median sizes the team
+READINGS = 3
+#: /proc/stat's fields that count as busy: user, nice, system, irq, softirq, steal
+#: (guest time is already in user)
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+
+
+def _cpus() -> frozenset:
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return frozenset(range(os.cpu_count() or 1))
+
+
+def _busy_seconds(cpus: frozenset):
+    """Seconds the CPUs `cpus` have been busy since boot, or None where /proc/stat
+    cannot be read."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return None
+    ticks = 0
+    for line in text.split(b"\n"):
+        if not line.startswith(b"cpu"):
+            break
+        name, *fields = line.split()
+        if name == b"cpu" or int(name[3:]) not in cpus:
+            continue
+        ticks += sum(int(fields[k]) for k in _BUSY_FIELDS if k < len(fields))
+    return ticks / _TICKS
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class Team:
+    """The team size for this process's launches: read at every schedule run, measured
+    again at most every INTERVAL seconds.  `config.ADAPT_THREADS` off: all the CPUs."""
+
+    def __init__(self):
+        self.cpus = _cpus()
+        self.size = len(self.cpus)
+        self.others = []  # cores other processes used, last READINGS intervals
+        self._lock = threading.Lock()
+        self._last = self._reading()
+        self._next = self._last[0] + INTERVAL
+
+    def _reading(self) -> tuple:
+        self.cpus = _cpus()
+        return time.perf_counter(), _busy_seconds(self.cpus), time.process_time()
+
+    def now(self, now: float) -> int:
+        """The team size at `now` (perf_counter)."""
+        if now >= self._next and self._lock.acquire(blocking=False):
+            try:
+                self._measure()
+            finally:
+                self._lock.release()
+        return self.size
+
+    def _measure(self) -> None:
+        wall0, busy0, ours0 = self._last
+        self._last = wall, busy, ours = self._reading()
+        self._next = wall + INTERVAL
+        if not config.ADAPT_THREADS or busy is None or busy0 is None or wall <= wall0:
+            self.others, self.size = [], len(self.cpus)
+            return
+        others = max(0.0, (busy - busy0) - (ours - ours0)) / (wall - wall0)
+        self.others = (self.others + [others])[-READINGS:]
+        free = len(self.cpus) - statistics.median(self.others)
+        self.size = max(1, min(len(self.cpus), int(free + 0.5)))
