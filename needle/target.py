@@ -12,7 +12,10 @@ class Target:
     tiles are shaped for (64 AVX-512, 32 AVX2, 16 SSE; 0 on CUDA).  `threads`: CPU
     threads a kernel may use.  `bounds_check`: generated code checks every index
     (NEEDLE_BOUNDS_CHECK).  `cpu`, `features`: the LLVM CPU name and feature string
-    the JIT compiles for (empty on CUDA)."""
+    the JIT compiles for (empty on CUDA).  `unroll_min_work`: kernels touching fewer
+    elements are compiled for compile time rather than speed (NEEDLE_UNROLL_MIN_WORK,
+    which the engine passes in): the compiler marks the others `Kernel.hot`, so the
+    choice is part of the kernel's text and of its cache key."""
 
     name: str
     vector_bytes: int
@@ -20,6 +23,7 @@ class Target:
     bounds_check: bool = False
     cpu: str = ""
     features: str = ""
+    unroll_min_work: int = 0
 
     def with_vector_bytes(self, vector_bytes: int) -> "Target":
         """The same CPU limited to `vector_bytes`-wide SIMD: AVX-512 features turned

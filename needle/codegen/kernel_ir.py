@@ -252,6 +252,9 @@ class Kernel:
     block: int = 0            # CUDA: threads per block (0: not a CUDA kernel)
     grid: int = 0             # CUDA: blocks wanted
     mapping: str = ""         # CUDA: how loops map onto the grid ("rows", "tiles 64x64x16, ...")
+    #: whether the kernel runs enough to pay for code that costs compile time (it touches
+    #: Target.unroll_min_work elements or more: compiler.schedule marks it)
+    hot: bool = False
 
     def text(self) -> str:
         if self.body is None:
@@ -301,8 +304,9 @@ class Kernel:
     def code_text(self) -> str:
         """What the CPU code depends on: the text without the name and the parallel
         loop's extent (the renderer runs that loop over [start, stop) given at launch),
-        so kernels that differ only in that size share one compiled object."""
-        return print_kernel(self, code_only=True)
+        so kernels that differ only in that size share one compiled object; and
+        whether it is hot, which the CPU renderer reads."""
+        return print_kernel(self, code_only=True) + ("\nhot" if self.hot else "")
 
 
 # ---- printing ----------------------------------------------------------------------------

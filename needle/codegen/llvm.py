@@ -23,7 +23,6 @@ import sys
 
 from llvmlite import ir
 
-from .. import config
 from . import kernel_ir as K
 from . import llvm_types, llvm_values, llvm_vector, vecmath
 from .llvm_types import F64, FAST, I1, I32, I64, MEMORY_TYPES, PTR, SUM_FLAGS, TYPES, VOID, is_float
@@ -216,7 +215,7 @@ class _Renderer(ValueHelpers, VectorLoops):
         latch = b.branch(header)
         if inner >= UNROLL_MAX_INNER_TRIPS:
             latch.set_metadata("llvm.loop", self._loop_id("llvm.loop.unroll.disable"))
-        elif inner == 1 and self.transcendental and self.k.work >= config.UNROLL_MIN_WORK:
+        elif inner == 1 and self.transcendental and self.k.hot:
             latch.set_metadata("llvm.loop", self._loop_id("llvm.loop.interleave.count",
                                                           TRANSCENDENTAL_INTERLEAVE))
         self.transcendental = self.transcendental or outer_transcendental
@@ -249,8 +248,9 @@ class _Renderer(ValueHelpers, VectorLoops):
           iteration left the FP units idle (vectorized alone, LLVM chose 1).  Four at a
           time, one thread, 2^20 floats, AVX2 (Zen 2): sigmoid 1.45 -> 1.00 ns a float,
           tanh 0.83 -> 0.75, exp 0.52 -> 0.48, log 0.75 -> 0.71.  It costs compile time
-          (a tanh kernel 22 -> 34 ms), so kernels that run little (config.UNROLL_MIN_WORK,
-          as for unrolling) are left alone.
+          (a tanh kernel 22 -> 34 ms), so kernels that run little (not `Kernel.hot`: the
+          compiler marks them from Target.unroll_min_work, as the JIT picks its
+          unrolling) are left alone.
 
         (A loop ID's first operand is the ID itself, which llvmlite cannot build: its
         operands are set after it is made, and it is never hashed.)"""

@@ -159,15 +159,16 @@ def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target: Targe
                         lanes=target.vector_bytes // 4 if cpu else 0)
     if target.name == "cuda":
         from . import cuda_lowering
-        return [_call(k) for k in cuda_lowering.lower(g, make, new_scratch)]
+        return [_call(k, target) for k in cuda_lowering.lower(g, make, new_scratch)]
     if g.kind == "matmul":
-        return [_call(k) for k in matmul_tiling.lower(make, new_scratch, target, packed)]
+        return [_call(k, target) for k in matmul_tiling.lower(make, new_scratch, target, packed)]
     low = make()
-    return [_call(spread_parallel(low.reduce() if g.kind == "reduce" else low.store_group()))]
+    return [_call(spread_parallel(low.reduce() if g.kind == "reduce" else low.store_group()), target)]
 
 
-def _call(kernel) -> Call:
+def _call(kernel, target: Target) -> Call:
     kernel, offsets = hoist_offsets(kernel)
+    kernel.hot = kernel.work >= target.unroll_min_work
     return Call(kernel, kernel.slots, kernel.params, offsets)
 
 

@@ -9,6 +9,7 @@ the schedule and turns the requested nodes into buffers.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from .. import config
 from ..codegen import cuda as cuda_codegen, llvm as llvm_codegen
@@ -67,11 +68,13 @@ _cpu_targets = {}
 
 
 def cpu_target() -> Target:
-    """The host CPU with the current thread count and bounds checking."""
-    settings = (config.THREADS, config.BOUNDS_CHECK)
+    """The host CPU with the current thread count, bounds checking and least work of
+    a kernel worth its compile time."""
+    settings = (config.THREADS, config.BOUNDS_CHECK, config.UNROLL_MIN_WORK)
     target = _cpu_targets.get(settings)
     if target is None:
-        target = _cpu_targets[settings] = jit.host_target(*settings)
+        host = jit.host_target(config.THREADS, config.BOUNDS_CHECK)
+        target = _cpu_targets[settings] = replace(host, unroll_min_work=config.UNROLL_MIN_WORK)
     return target
 
 

@@ -16,9 +16,10 @@ from needle.engine.schedule_cache import cpu_target
 from needle.runtime import llvm_compile
 
 
-def nest_kernel(extents, unary: str = None):
+def nest_kernel(extents, unary: str = None, hot: bool = False):
     """out[i0, i1, ...] = in[i0, i1, ...] * 2 (or unary(in[...]), a float32 Unary op)
-    over loops of `extents` (outermost first), inside a parallel loop of one trip."""
+    over loops of `extents` (outermost first), inside a parallel loop of one trip;
+    `hot` as the compiler would have marked it."""
     names = [f"i{d}" for d in range(len(extents))]
     index = K.const(0)
     for name, extent in zip(names, extents):
@@ -30,7 +31,8 @@ def nest_kernel(extents, unary: str = None):
     for name, extent in reversed(list(zip(names, extents))):
         body = [K.Loop(name, extent, body)]
     bufs = [K.Buf("src", "float32", "in"), K.Buf("dst", "float32", "out")]
-    return K.Kernel("nest", bufs, 0, [K.Loop("q", 1, body, "parallel")], ("q", 1), work=math.prod(extents))
+    return K.Kernel("nest", bufs, 0, [K.Loop("q", 1, body, "parallel")], ("q", 1), work=math.prod(extents),
+                    hot=hot)
 
 
 def marked_loops(text: str, option: str = '!"llvm.loop.unroll.disable"') -> set:
@@ -81,16 +83,15 @@ def test_a_one_trip_loop_is_straight_code():
 INTERLEAVED = f'!"llvm.loop.interleave.count", i32 {renderer.TRANSCENDENTAL_INTERLEAVE}'
 
 
-@pytest.mark.parametrize("unary, extents, marked", [
-    ("exp", (20000,), {"i0"}),        # the innermost loop of a transcendental: interleaved
-    ("tanh", (4, 5000), {"i1"}),      # only the innermost one
-    ("tanh", (1000,), set()),         # a kernel that runs little: not worth the compile time
-    ("abs", (20000,), set()),         # no transcendental: LLVM decides
-    (None, (20000,), set()),
+@pytest.mark.parametrize("unary, extents, hot, marked", [
+    ("exp", (20000,), True, {"i0"}),   # the innermost loop of a transcendental: interleaved
+    ("tanh", (4, 5000), True, {"i1"}),  # only the innermost one
+    ("tanh", (1000,), False, set()),    # a kernel that runs little: not worth the compile time
+    ("abs", (20000,), True, set()),     # no transcendental: LLVM decides
+    (None, (20000,), True, set()),
 ])
-def test_innermost_loops_of_transcendentals_interleave(unary, extents, marked, monkeypatch):
-    monkeypatch.setattr(config, "UNROLL_MIN_WORK", 1 << 14)  # (the default; NEEDLE_UNROLL_MIN_WORK may differ)
-    text = renderer.render(nest_kernel(extents, unary), "nest")
+def test_innermost_loops_of_transcendentals_interleave(unary, extents, hot, marked):
+    text = renderer.render(nest_kernel(extents, unary, hot), "nest")
     assert marked_loops(text, INTERLEAVED) == marked
     x = np.linspace(-3, 3, int(np.prod(extents)), dtype=np.float32).reshape(extents)
     expected = {"exp": np.exp, "tanh": np.tanh, "abs": np.abs, None: lambda v: v * 2}[unary](x.astype(np.float64))
@@ -118,3 +119,32 @@ def test_a_short_loop_is_an_innermost_fold_of_few_trips(body, short):
     accumulators and nothing else."""
     kernel = K.Kernel("R_test", [K.Buf("in0", "float32", "in"), K.Buf("out0", "float32", "out")], 0, body)
     assert kernel.has_short_loop() == short
+
+
+def _planned_kernel(tensor):
+    from needle.compiler.schedule import plan
+    from needle.ir.printer import output_nodes
+    (call,) = plan(output_nodes([tensor]), cpu_target())[0].calls
+    return call.kernel
+
+
+def test_what_the_renderer_reads_of_the_setting_is_in_the_cache_key(monkeypatch):
+    """A sum of exp over rows of 10 has a short innermost loop, so the JIT compiles it
+    at the full level whatever its size (jit.level_for): whether its exp loop is
+    interleaved (NEEDLE_UNROLL_MIN_WORK) must then show in the kernel's text, or two
+    settings would share one cached object of different code."""
+    import needle as ndl
+    from needle.runtime import jit
+
+    def kernel_at(least_work):
+        monkeypatch.setattr(config, "UNROLL_MIN_WORK", least_work)
+        with ndl.lazy(True):
+            x = ndl.Tensor(np.ones((64, 10), np.float32), requires_grad=False)
+            kernel = _planned_kernel(ndl.ops.exp(x).sum((1,)))
+        assert kernel.has_short_loop()
+        return kernel, jit.kernel_key(kernel, cpu_target(), renderer)
+    (cold, cold_key), (hot, hot_key) = kernel_at(1 << 14), kernel_at(0)
+    assert not cold.hot and hot.hot
+    assert not marked_loops(renderer.render(cold, "nest"), INTERLEAVED)
+    assert marked_loops(renderer.render(hot, "nest"), INTERLEAVED)
+    assert cold_key != hot_key
