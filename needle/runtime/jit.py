@@ -50,10 +50,9 @@ def _build_state() -> dict:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     # GOMP_SPINCOUNT is left to libgomp (and to the user): its default spins an idle
-    # worker for a few ms, as in torch.  A worker that has slept takes 40-110 us to wake
-    # on these VMs (needle had set 10000, which sleeps after 0.1-0.2 ms of Python between
-    # kernels, and every threaded kernel of a lazy step or a replay waited for it).  On a
-    # host short of cores the spin costs the main thread instead (docs/configuration.md)
+    # worker for a few ms, as in torch: a worker that has slept is slow to wake, and a
+    # shorter spin makes every threaded kernel after a little Python wait for it.  On a
+    # busy machine the team shrinks instead (team.py, docs/configuration.md)
     gomp = ctypes.util.find_library("gomp") or "libgomp.so.1"
     try:
         llvm.load_library_permanently(gomp)
@@ -96,9 +95,8 @@ def level_for(kernel) -> str:
     """The optimization level of a kernel (llvm_compile.LEVELS): config.OPT_LEVEL,
     or "O2-nounroll" for kernels touching fewer than config.UNROLL_MIN_WORK
     elements, whose run time is mostly launch overhead (unrolling their loops costs
-    compile time and buys little), unless an innermost loop runs a few constant trips:
-    unrolled, a captured sum over the rows of 1024 x 10 took 4.1 us instead of 9.5,
-    a cross-entropy over 256 x 10 7.8 instead of 8.6."""
+    compile time and buys little), unless an innermost loop runs a few constant trips
+    (a reduction over short rows), which unrolling speeds up severalfold."""
     if kernel.work >= config.UNROLL_MIN_WORK or kernel.has_short_loop():
         return config.OPT_LEVEL
     return "O2-nounroll"

@@ -9,15 +9,15 @@ and calls each entry point as Python would.  A threaded kernel's entry holds its
 `GOMP_parallel`, on at most `clock[2]` threads (the team size the machine's load
 allows, runtime/team.py), while the team's threads still spin (their last team launch
 ended less than `clock[1]` ns ago, `clock[0]` when it ended, CLOCK_MONOTONIC as
-perf_counter); a team of one runs the wrapper on the calling thread; else it stops there and returns the kernel's index, and the runtime
-decides in Python whether waking the team pays (runtime/cpu.py `_launch`).  In
-Python, a threaded launch cost 5-6 us besides GOMP's own microsecond: more than
-two threads saved on a batched 4x8x32x32 matmul (29 us on one thread, 16.5 on two).
+perf_counter); a team of one runs the wrapper on the calling thread; else it stops
+there and returns the kernel's index, and the runtime decides in Python whether
+waking the team pays (runtime/cpu_threads.py `launch`).  Starting a spinning team
+from Python costs several times GOMP's own microsecond: more than two threads save
+on a small batched matmul.
 
 The loop first fills the schedule's buffer tables from its slot pointers
-(`table[c] = ptrs[slots[c]] + shifts[c]`, shifts: compiler.buffer_offsets), the
-gather numpy's `take` did in a microsecond and a quarter of call overhead, more
-than a small captured matmul's kernel leaves to spare.
+(`table[c] = ptrs[slots[c]] + shifts[c]`, shifts: compiler.buffer_offsets): the
+gather numpy's `take` did, without its call overhead.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ BLOCK = ("entries", "n", "ptrs", "slots", "shifts", "table", "cells", "clock")
 
 def _ir(gomp_parallel: int) -> str:
     """LLVM IR of `needle_launch_list(block) -> launched`, its arguments (BLOCK) read from
-    one array of 64-bit words (ctypes converts one argument in 0.4 us, eight in 1.6):
+    one array of 64-bit words (ctypes converts each argument of a call, one at a time):
     for each of the `cells` cells, table[c] = ptrs[slots[c]] + shifts[c]; then for each
     of the `n` entries, fn(bufs, params, 0, total, null, err), or with threads > 0,
     GOMP_parallel(fn, bufs, min(threads, clock[2]), 0) (at address `gomp_parallel`) if

@@ -172,7 +172,7 @@ def test_threaded_kernels_launched_from_two_python_threads(monkeypatch):
     launching threaded kernels of one schedule (one thread has its argument tables,
     the other a copy) and of a matmul at the same time gives numpy's values."""
     from needle import config
-    from needle.runtime import cpu as cpu_runtime
+    from needle.runtime import cpu_threads as cpu_runtime
     if jit.gomp() is None:
         pytest.skip("no libgomp")
     monkeypatch.setattr(config, "THREADS", 2)

@@ -128,8 +128,8 @@ def test_temps_follow_their_block_when_the_pool_hands_out_another(monkeypatch):
 
 
 def _address(t) -> int:
-    from needle.runtime import cpu
-    return cpu.address(t.realize_cached_data()._handle)
+    from needle.runtime import cpu_tables
+    return cpu_tables.address(t.realize_cached_data()._handle)
 
 
 def _doubler(n: int):
@@ -214,23 +214,23 @@ def test_state_replaced_after_each_run_reuses_the_output_of_the_run_before(n, mo
 def test_kept_outputs_are_bounded_and_freed_with_their_schedule(monkeypatch):
     import gc
     from needle.engine import schedule_cache
-    from needle.runtime import cpu
+    from needle.runtime import cpu_outputs
 
     def drop_schedules():
         for cache in schedule_cache.CACHES.values():
             cache.entries.clear()
         gc.collect()
     drop_schedules()
-    before = cpu._Spares.total
-    monkeypatch.setattr(cpu, "SPARE_BYTES", before + 4096 * 4)
+    before = cpu_outputs.Spares.total
+    monkeypatch.setattr(cpu_outputs, "SPARE_BYTES", before + 4096 * 4)
     small, ones, _ = _doubler(4096)
-    assert cpu._Spares.total - before == 4096 * 4
+    assert cpu_outputs.Spares.total - before == 4096 * 4
     big, ones_big, _ = _doubler(8192)  # over the bound: runs with a fresh output each time
-    assert cpu._Spares.total - before == 4096 * 4
+    assert cpu_outputs.Spares.total - before == 4096 * 4
     np.testing.assert_array_equal(big(ones_big).numpy(), np.full(8192, 2, np.float32))
     del small, big
     drop_schedules()
-    assert cpu._Spares.total == before
+    assert cpu_outputs.Spares.total == before
 
 
 def test_leaf_addresses_follow_new_arrays_between_runs():

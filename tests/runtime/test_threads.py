@@ -11,7 +11,7 @@ from needle import config
 from needle.backend_ndarray.ndarray import NDArray
 from needle.ir import build
 from needle.engine import schedule_cache
-from needle.runtime import cpu as cpu_runtime
+from needle.runtime import cpu_tables, cpu_threads
 from needle.runtime import jit
 
 CPU = ndl.cpu()
@@ -21,7 +21,7 @@ CPU = ndl.cpu()
 def whole_team(monkeypatch):
     """Every CPU free for the team (runtime/team.py measures the machine's load; these
     tests are about the launch paths, whatever else the machine runs)."""
-    monkeypatch.setattr(cpu_runtime.TEAM, "now", lambda now: 2)
+    monkeypatch.setattr(cpu_threads.TEAM, "now", lambda now: 2)
 
 
 def leaf(x):
@@ -88,7 +88,7 @@ def test_one_and_two_threads_agree(monkeypatch, case):
 def test_thread_setting_is_honoured_for_cached_schedules(monkeypatch):
     """Changing config.THREADS after a graph ran must take effect the next time the
     same graph structure runs (the schedule cache keys on it)."""
-    x = np.random.randn(4 * cpu_runtime.MIN_WORK_PER_THREAD).astype(np.float32)
+    x = np.random.randn(4 * cpu_threads.MIN_WORK_PER_THREAD).astype(np.float32)
     make = lambda a: build.elementwise("exp", leaf(a))  # noqa: E731
     _, flags = run_with(monkeypatch, 1, make, x)
     assert not any(flags)
@@ -106,7 +106,7 @@ def test_every_kernel_has_an_entry_of_the_native_launcher():
             self.address, self.omp_address = address, address + 5
     launches = [(Kernel(10 * i + 1), 100 + i, 200 + i, 7 + i, threads, i)
                 for i, threads in enumerate([0, 0, 2, 0])]
-    table, blocks = cpu_runtime._entries(launches, err_ptr=999)
+    table, blocks = cpu_tables.entries(launches, err_ptr=999)
     assert table[[0, 1, 3]].tolist() == [[1, 100, 200, 7, 999, 0], [11, 101, 201, 8, 999, 0],
                                          [31, 103, 203, 10, 999, 0]]
     assert table[2].tolist() == [26, blocks[0].ctypes.data, 0, 0, 0, 2]
@@ -119,7 +119,7 @@ def _mixed_schedule(monkeypatch):
     if jit.gomp() is None:
         pytest.skip("no libgomp")
     monkeypatch.setattr(config, "THREADS", 2)
-    x = np.random.uniform(-3, 3, 4 * cpu_runtime.MIN_WORK_PER_THREAD).astype(np.float32)
+    x = np.random.uniform(-3, 3, 4 * cpu_threads.MIN_WORK_PER_THREAD).astype(np.float32)
     y = np.random.uniform(-3, 3, 100).astype(np.float32)
     big = build.elementwise("exp", leaf(x))
     small = build.elementwise("add", leaf(y), build.const(1.0, y.shape, "float32", CPU))
@@ -133,8 +133,8 @@ def test_spinning_workers_run_threaded_kernels_from_the_native_loop(monkeypatch)
     kernel is started by the native launcher: no launch goes through Python, the
     values are right, and the launcher notes when its team launch ended."""
     x, y, entry, leaves, scalars, device = _mixed_schedule(monkeypatch)
-    monkeypatch.setattr(cpu_runtime, "_launch", lambda *a: pytest.fail("launched from Python"))
-    workers = cpu_runtime.WORKERS
+    monkeypatch.setattr(cpu_threads, "launch", lambda *a: pytest.fail("launched from Python"))
+    workers = cpu_threads.WORKERS
     outs = []
     for _ in range(2):
         workers.last_end = time.perf_counter()
@@ -151,13 +151,13 @@ def test_a_team_that_may_be_asleep_is_left_to_python(monkeypatch):
     and after it still run natively (one Python launch in all), with the right values."""
     x, y, entry, leaves, scalars, device = _mixed_schedule(monkeypatch)
     calls = []
-    real = cpu_runtime._launch
+    real = cpu_threads.launch
 
     def spy(kernel, args, i, total, threads, limits):
         calls.append((i, threads))
         return real(kernel, args, i, total, threads, limits)
-    monkeypatch.setattr(cpu_runtime, "_launch", spy)
-    cpu_runtime.WORKERS.last_end = -1e9
+    monkeypatch.setattr(cpu_threads, "launch", spy)
+    cpu_threads.WORKERS.last_end = -1e9
     outs = [o.numpy() for o in entry.run(leaves, scalars, device)]
     assert calls == [(entry.threaded.index(2), 2)]
     np.testing.assert_allclose(outs[0], np.exp(x.astype(np.float64)), rtol=2e-7)
@@ -183,7 +183,7 @@ def test_one_thread_when_waking_the_workers_costs_more(since_last, lag, hot, ret
     now = 1000.0
     key = (1, 100)
     state = _State(now - since_last, lag, now + retry_in, {} if hot is None else {key: hot})
-    assert cpu_runtime._one_thread_is_faster(state, key, 2, now) is one_thread
+    assert cpu_threads.one_thread_is_faster(state, key, 2, now) is one_thread
 
 
 def _threaded_exp(monkeypatch, last_end, lag, retry_at, hot):
@@ -192,11 +192,11 @@ def _threaded_exp(monkeypatch, last_end, lag, retry_at, hot):
     if jit.gomp() is None:
         pytest.skip("no libgomp")
     monkeypatch.setattr(config, "THREADS", 2)
-    x = np.random.uniform(-3, 3, 4 * cpu_runtime.MIN_WORK_PER_THREAD).astype(np.float32)
+    x = np.random.uniform(-3, 3, 4 * cpu_threads.MIN_WORK_PER_THREAD).astype(np.float32)
     node = build.elementwise("exp", leaf(x))
     entry, leaves, scalars = schedule_cache.compiled_schedule([node])
     assert any(entry.threaded)
-    workers = cpu_runtime.WORKERS
+    workers = cpu_threads.WORKERS
     for name, value in (("last_end", last_end), ("lag", lag), ("retry_at", retry_at),
                         ("hot", hot(entry.kernels[0], entry.totals[0]))):
         monkeypatch.setattr(workers, name, value)
@@ -221,7 +221,7 @@ def test_a_threaded_launch_measures_how_late_the_workers_start(monkeypatch):
     """Each thread of a threaded kernel notes when it started (the `_omp` wrapper): a
     launch after an idle spell sets the team's measured lag and times the kernel."""
     _, entry, leaves, scalars, node = _threaded_exp(monkeypatch, -1e9, -1.0, 0.0, lambda kernel, total: {})
-    workers = cpu_runtime.WORKERS
+    workers = cpu_threads.WORKERS
     entry.run(leaves, scalars, node.device)
     assert 0.0 <= workers.lag < 10.0  # measured: seconds from the first thread's start to the last's
     assert list(workers.hot) == [(id(entry.kernels[0]), entry.totals[0])]
@@ -233,7 +233,7 @@ def test_transcendentals_weigh_an_elementwise_kernels_work(monkeypatch):
     a reduction's kernel is weighed by its elements alone; values against numpy."""
     monkeypatch.setattr(config, "THREADS", 2)
     n = 1 << 14
-    assert n * (1 + cpu_runtime.TRANSCENDENTAL_WORK) >= 2 * cpu_runtime.MIN_WORK_PER_THREAD > 2 * n
+    assert n * (1 + cpu_threads.TRANSCENDENTAL_WORK) >= 2 * cpu_threads.MIN_WORK_PER_THREAD > 2 * n
     x = np.random.uniform(-3, 3, n).astype(np.float32)
     values, flags = run_with(monkeypatch, 2, lambda a: build.elementwise("exp", leaf(a)), x)
     assert flags == ([2] if jit.gomp() is not None else [0])
@@ -253,8 +253,8 @@ def test_a_team_of_one_runs_threaded_kernels_on_the_calling_thread(monkeypatch):
     wrapper on the calling thread, from the native loop and from Python, without
     starting GOMP's team; the values are the same."""
     x, y, entry, leaves, scalars, device = _mixed_schedule(monkeypatch)
-    monkeypatch.setattr(cpu_runtime.TEAM, "now", lambda now: 1)
-    workers = cpu_runtime.WORKERS
+    monkeypatch.setattr(cpu_threads.TEAM, "now", lambda now: 1)
+    workers = cpu_threads.WORKERS
     for spinning in (True, False):  # the native loop runs it; Python would have decided
         monkeypatch.setattr(jit, "gomp", lambda: pytest.fail("GOMP started"))
         workers.last_end = time.perf_counter() if spinning else -1e9
