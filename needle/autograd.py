@@ -552,7 +552,7 @@ def _cut(adjoint: Value) -> Value:
     """An intermediate's `.grad` (the course keeps one on every node): its value, without
     the backward graph behind it.  That graph reaches back to the node itself (the
     gradient of exp(x) is made of exp(x)), so keeping it made every step's graph a
-    reference cycle that only Python's full collections freed: 14 ms a step of a lazy LSTM.
+    reference cycle that only Python's slow full collections freed.
     Pending data stays pending: it is computed only if someone reads it."""
     return type(adjoint).make_const(adjoint._cached_data)
 
