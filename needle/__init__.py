@@ -2,6 +2,9 @@
 whose pending graphs are compiled into fused kernels (LLVM on the CPU, CUDA C on
 NVIDIA GPUs).  The API is the one of CMU's Deep Learning Systems course."""
 from . import errors  # noqa: F401
+from .wiring import wire
+
+wire()  # (the ports lower layers call up through: needle/wiring.py)
 from . import autograd, init, ops  # noqa: F401
 from . import backend_ndarray  # noqa: F401
 from . import backend_ndarray as nd  # noqa: F401

@@ -17,13 +17,11 @@ into one box.
 from __future__ import annotations
 
 import gc
-import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import numpy as np
 
-from . import ir
 from .errors import ArgumentError
 
 #: tensors with at most this many elements show their values instead of a norm
@@ -375,5 +373,3 @@ def _node_line(n: TensorNode) -> str:
     extra = ", peripheries=2" if n.output else ""
     return f"t{n.index} [label={quote(label)}, style=filled, fillcolor=\"{_FILL[n.kind]}\"{extra}];"
 
-
-ir.register_view("autograd", sys.modules[__name__])

@@ -2,11 +2,13 @@
 
 - `cpu_numpy()`: storage is a flat numpy array, every op runs numpy (the reference).
 - `cpu()`: the same storage; each op runs one compiled kernel (the engine's
-  eager executor, installed as `CompiledDevice.eager`).
+  eager executor, through the `CompiledDevice.eager` port).
 - `cuda()`: storage on an NVIDIA GPU through PyCUDA (`needle.runtime.cuda`,
-  installed as `CUDADevice.runtime`).
+  through the `CUDADevice.runtime` port).
 """
 from __future__ import annotations
+
+from typing import Optional, Protocol
 
 import numpy as np
 
@@ -126,13 +128,40 @@ class CPUNumpyDevice(HostDevice):
     name = "cpu_numpy"
 
 
+class EagerKernels(Protocol):
+    """The port through which storage runs a primitive as a compiled kernel: storage
+    sits below the compiler and knows nothing of the IR, so the engine's executor
+    (needle.engine.eager) is plugged in by needle's composition root (needle/wiring.py)."""
+
+    def copy(self, a): ...
+    def cast(self, a, dtype): ...
+    def unary(self, op, a): ...
+    def binary(self, op, a, b): ...
+    def binary_scalar(self, op, a, scalar, reverse): ...
+    def where(self, cond, a, b): ...
+    def reduce(self, op, a, axes): ...
+    def matmul(self, a, b): ...
+
+
+class CUDAStorage(Protocol):
+    """The port through which the CUDA device reaches device memory and the driver
+    (needle.runtime.cuda, which imports PyCUDA lazily), plugged in by needle/wiring.py."""
+
+    DeviceBuffer: type
+    HostView: type
+
+    def require(self) -> dict: ...
+    def available(self) -> tuple: ...
+    def from_numpy(self, array: np.ndarray): ...
+    def to_numpy(self, a: NDArray) -> np.ndarray: ...
+    def assign(self, view: NDArray, value) -> None: ...
+
+
 class CompiledDevice:
     """Primitives as compiled kernels, one per op (eager mode), built by the same
-    compiler that fuses lazy graphs.  Storage knows nothing of the IR: the engine
-    installs `eager` (needle.engine.eager), which builds each primitive's one-node
-    graph and computes it."""
+    compiler that fuses lazy graphs, through the `eager` port (EagerKernels)."""
 
-    eager = None
+    eager: Optional[EagerKernels] = None
 
     def copy(self, a):
         return self.eager.copy(a)
@@ -170,13 +199,13 @@ class CPUDevice(CompiledDevice, HostDevice):
 
 class CUDADevice(CompiledDevice, Device):
     """NVIDIA GPU through PyCUDA: storage is device memory (a DeviceBuffer of the
-    CUDA runtime, which installs itself as `runtime`; it imports PyCUDA lazily, so
-    `cuda()` exists, prints and answers `enabled()` on any machine; touching its
-    storage without PyCUDA, a driver or a GPU raises one DeviceError that names the
-    missing piece); every primitive runs as one generated CUDA kernel."""
+    CUDA runtime, reached through the `runtime` port, CUDAStorage; PyCUDA is imported
+    lazily, so `cuda()` exists, prints and answers `enabled()` on any machine;
+    touching its storage without PyCUDA, a driver or a GPU raises one DeviceError
+    that names the missing piece); every primitive runs as one generated CUDA kernel."""
 
     name = "cuda"
-    runtime = None  # needle.runtime.cuda
+    runtime: Optional[CUDAStorage] = None
 
     def _rt(self):
         self.runtime.require()

@@ -9,7 +9,7 @@ import weakref
 
 import numpy as np
 
-from ..ir import lazy, reference
+from ..ir import reference
 from ..runtime import counters
 from . import schedule_cache
 
@@ -114,5 +114,3 @@ def _interpret(nodes) -> None:
         owned = np.array(value, dtype=value.dtype, copy=True, order="C")  # never alias a leaf
         node.become_buffer(node.device.wrap(owned))
 
-
-lazy.REALIZE = realize_nodes

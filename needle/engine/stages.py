@@ -8,9 +8,7 @@
 """
 from __future__ import annotations
 
-import sys
 
-from .. import ir
 from ..codegen import cuda
 from ..compiler.schedule import plan
 from ..ir import printer
@@ -78,5 +76,3 @@ def kernel_clusters(outputs) -> tuple:
         clusters[f"kernel {k}: {g.name}"] = {id(n) for n in members if n.op not in ("buffer", "const", "param")}
     return order, num, clusters, fused.folded.outputs
 
-
-ir.register_view("compiler", sys.modules[__name__])

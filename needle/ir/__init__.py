@@ -5,10 +5,10 @@ stage of the compiler: the op graph, the fused graph, the kernel IR, LLVM IR or
 CUDA C.  stage="autograd" shows the Tensor graph `backward()` walks instead,
 with values and gradients once computed.
 
-The IR imports nothing above itself, so the views of later stages are
-registered by the layers that make them: "compiler" by the engine
-(needle.engine.stages: fused graph, kernels, LLVM IR, CUDA C), "autograd" by
-the frontend (needle.autograd_graph).  `import needle` registers both.
+The IR imports nothing above itself, so the views of later stages come from
+the layers that make them, registered by needle's composition root
+(needle/wiring.py): "compiler" (needle.engine.stages: fused graph, kernels, LLVM
+IR, CUDA C) and "autograd" (needle.autograd_graph).
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ onto the primitives of `needle.ir.build`.
 from __future__ import annotations
 
 import numbers
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -29,9 +30,10 @@ def as_lazy(x) -> "LazyArray":
     raise DTypeError(f"cannot use {type(x).__name__} in a lazy graph; expected a Tensor or an NDArray")
 
 
-#: `REALIZE(nodes)` computes pending nodes: the engine's realize_nodes, installed by
-#: needle.engine (an IR node never computes itself; the engine is the one door)
-REALIZE = None
+#: The port through which a node asks to be computed, `REALIZE(nodes)`: the engine's
+#: realize_nodes, plugged in by needle's composition root (needle/wiring.py).  An IR
+#: node never computes itself; the engine is the one door.
+REALIZE: Optional[Callable[[list], None]] = None
 
 
 def _scalar(x) -> bool:

@@ -13,11 +13,9 @@
 """
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 
-from ..backend_ndarray.devices import CUDADevice
 from ..backend_ndarray.ndarray import NDArray
 from ..errors import BoundsError, DeviceError
 from .cuda_driver import _modules, _state, at_shutdown, available, describe, function, load_module, require  # noqa: F401
@@ -130,4 +128,3 @@ def synchronize() -> None:
 
 
 at_shutdown(POOL.clear)
-CUDADevice.runtime = sys.modules[__name__]
