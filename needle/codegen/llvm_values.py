@@ -16,7 +16,7 @@ class ValueHelpers:
         llvm.pow for float64.  (The constant exponents numpy computes without pow, x ** 2
         or x ** 0.5, are rewritten by the lowering: compiler.kernel_exprs.power.)"""
         if dtype == "float32":
-            self.transcendental = True  # (an innermost loop of it interleaves: llvm._Renderer._loop_id)
+            self.transcendental = True  # (an innermost loop of it interleaves: llvm_statements._loop_id)
             return vecmath.pow_f32(self.b, a, b_)
         return self._call_intrinsic("llvm.pow", dtype, [a, b_])
 

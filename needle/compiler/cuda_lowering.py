@@ -37,9 +37,10 @@ import math
 
 from ..codegen import kernel_ir as K
 from .kernel_exprs import unravel, unravel_lets
-from .lowering import combine, domain_index, identity, linear, nest_loops, reduce_loops
+from .loop_nests import domain_index, linear, nest_loops, reduce_loops
+from .lowering import combine, identity
 from .matmul_epilogue import epilogue_stores
-from .matmul_tiling import naive
+from .matmul_naive import naive
 from .views import View
 
 BLOCK = 256             # threads per block for every kernel

@@ -69,7 +69,7 @@ def b_row(low: Lowering, m) -> bool:
 
 def dot_products(low: Lowering, m, target) -> bool:
     """Whether each element of C is better one dot product of two contiguous runs (the
-    plain loop nest, matmul_tiling.naive, whose K loop LLVM vectorizes as a sum): A's
+    plain loop nest, matmul_naive.naive, whose K loop LLVM vectorizes as a sum): A's
     rows and B's columns both contiguous along K, and C a matrix-vector product (fewer
     columns than a SIMD vector: W @ x) or of few rows whose B the row stream cannot
     read (x @ W.T).  A register tile would compute a vector of columns, or MR rows,
@@ -84,7 +84,7 @@ def dot_products(low: Lowering, m, target) -> bool:
 def operand_load(low: Lowering, m, operand: int):
     """A (operand 0) at (batch 0, probe_i, probe_k) or B (operand 1) at (batch 0,
     probe_k, probe_j) when it is a plain load (no computation, no mask), else None:
-    what these kernels and the tiling (matmul_tiling.reads_in_place) can read from
+    what these kernels and the tiling (matmul_direct.reads_in_place) can read from
     the operand's buffer as it is."""
     zero = tuple(K.Const(0) for _ in m.shape[:-2])
     at = ("probe_i", "probe_k") if operand == 0 else ("probe_k", "probe_j")

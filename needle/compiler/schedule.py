@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 from ..dtypes import itemsize
 from ..target import Target
 from ..ir.nodes import toposort
-from . import matmul_tiling
+from . import column_reduce, matmul_tiling
 from .buffer_offsets import hoist_offsets
 from .common import merge_common
 from .fusion import FusedGraph, fuse
 from .matmul_sums import merge_matmul_sums
 from .split_reductions import split_reductions
-from .lowering import Lowering, spread_parallel
+from .lowering import Lowering
+from .row_reduce import reduce_rows
+from .spread_parallel import spread_parallel
 from .view_folding import fold_views
 
 
@@ -163,7 +165,13 @@ def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target: Targe
     if g.kind == "matmul":
         return [_call(k, target) for k in matmul_tiling.lower(make, new_scratch, target, packed)]
     low = make()
-    return [_call(spread_parallel(low.reduce() if g.kind == "reduce" else low.store_group()), target)]
+    if g.kind != "reduce":
+        kernel = low.store_group()
+    elif column_reduce.pays(g):
+        kernel = column_reduce.reduce_columns(low)
+    else:
+        kernel = reduce_rows(low)
+    return [_call(spread_parallel(kernel), target)]
 
 
 def _call(kernel, target: Target) -> Call:

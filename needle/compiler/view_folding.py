@@ -27,7 +27,7 @@ from ..ir.nodes import ELEMENTWISE, MOVEMENT, Node
 from .cost import CHEAP_OPS, subtree_cost
 from .views import View
 
-#: a conv's matmul reads its windows themselves (fusion.window_operand) along runs of
+#: a conv's matmul reads its windows themselves (conv_gemm.window_operand) along runs of
 #: at least WINDOW_RUN channels (a window's contiguous last axis; an RGB image's 3 are
 #: packed from a stored im2col copy)
 WINDOW_RUN = 16

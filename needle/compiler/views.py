@@ -216,3 +216,8 @@ def _reshape_functions(shape, funcs, new_shape):
 def _fmt_linear(coeffs) -> str:
     terms = [f"{c}*i{j}" if c != 1 else f"i{j}" for j, c in enumerate(coeffs) if c]
     return "+".join(terms) or "0"
+
+
+def same_memory_order(view: View, size: int) -> bool:
+    """The view reads a stored result as is, possibly reshaped (conv's output)."""
+    return view.is_contiguous() and view.offset == 0 and math.prod(view.shape) == size

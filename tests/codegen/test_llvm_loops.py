@@ -1,5 +1,5 @@
 """The LLVM renderer's loops on small hand-made kernels with known answers: which outer
-loops LLVM is told not to unroll (codegen/llvm.py `_not_unrolled`), and one-trip loops
+loops LLVM is told not to unroll (codegen/llvm_statements.py `_loop_id`), and one-trip loops
 rendered as straight code; each kernel is also compiled and run against numpy."""
 import ctypes
 import math
@@ -12,6 +12,7 @@ import pytest
 from needle import config
 from needle.codegen import kernel_ir as K
 from needle.codegen import llvm as renderer
+from needle.codegen import llvm_statements
 from needle.engine.schedule_cache import cpu_target
 from needle.runtime import llvm_compile
 
@@ -80,7 +81,7 @@ def test_a_one_trip_loop_is_straight_code():
     np.testing.assert_array_equal(run(text, x), x * 2)
 
 
-INTERLEAVED = f'!"llvm.loop.interleave.count", i32 {renderer.TRANSCENDENTAL_INTERLEAVE}'
+INTERLEAVED = f'!"llvm.loop.interleave.count", i32 {llvm_statements.TRANSCENDENTAL_INTERLEAVE}'
 
 
 @pytest.mark.parametrize("unary, extents, hot, marked", [

@@ -8,7 +8,7 @@ import pytest
 
 import needle as ndl
 from needle import ops
-from needle.compiler import matmul_tiling, view_folding
+from needle.compiler import conv_gemm, view_folding
 from needle.compiler.schedule import plan, structure
 from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
@@ -111,7 +111,7 @@ def test_small_conv_reads_its_windows_through_the_plain_loop_nest():
 
 @pytest.mark.parametrize("size, c, o, stored", [
     (16, 3, 16, True),                          # an RGB image's 3-channel runs: the copy is packed
-    (16, 32, matmul_tiling.WINDOW_COLUMNS + 1, False),  # packed from the windows, not read in place
+    (16, 32, conv_gemm.WINDOW_COLUMNS + 1, False),  # packed from the windows, not read in place
     (4, 32, 16, False),                         # a small image: mostly border taps
     (16, 32, 16, False),
 ])

@@ -8,7 +8,7 @@ import pytest
 
 import needle as ndl
 from needle import ops
-from needle.compiler import matmul_tiling
+from needle.compiler import matmul_direct, matmul_tiling
 from needle.compiler.schedule import plan, structure
 from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
@@ -124,7 +124,7 @@ def test_large_operands_are_packed_but_a_row_major_a():
     and packed by the macro-kernel (a second output buffer) when they do not."""
     n = 1 << 9
     a, b = tensor(n, 2 * n), tensor(2 * n, n)  # 2**19 elements each, above both limits
-    assert a.numpy().size > max(matmul_tiling.DIRECT_LIMIT.values())
+    assert a.numpy().size > max(matmul_direct.DIRECT_LIMIT.values())
     at = tensor(2 * n, n)
     for y, want, packs_a in ((a @ b, f64(a) @ f64(b), False), (ops.transpose(at) @ b, f64(at).T @ f64(b), True)):
         assert [k[:3] for k in names(y)] == ["PB_", "M_5"]
@@ -138,7 +138,7 @@ def test_a_row_major_activation_is_read_in_place_a_transposed_one_packed():
     row streams would jump across memory."""
     x, w = tensor(128, 784), tensor(784, 256)
     g = tensor(128, 256)
-    assert matmul_tiling.A_AFFINE_LIMIT < x.numpy().size
+    assert matmul_direct.A_AFFINE_LIMIT < x.numpy().size
 
     forward, weight_grad = x @ w, ops.transpose(x) @ g
     assert sum(b.role == "out" for b in macro_kernel(forward).bufs) == 1      # C only: A read in place
@@ -152,13 +152,13 @@ def test_a_large_weight_times_few_rows_is_read_in_place():
     only 128 rows of A reuse it, so it is read in place: one kernel, no copy of the
     weight per call.  Its rows are 1 KB apart (within B_ROW_BYTES)."""
     x, w = tensor(128, 784), tensor(784, 256)
-    assert w.numpy().size > matmul_tiling.DIRECT_LIMIT["b"] and 128 <= matmul_tiling.FEW_ROWS
+    assert w.numpy().size > matmul_direct.DIRECT_LIMIT["b"] and 128 <= matmul_direct.FEW_ROWS
     y = x @ w
     assert [k[:2] for k in names(y)] == ["M_"]
     close(y, f64(x) @ f64(w))
 
 
-@pytest.mark.parametrize("rows, cols", [(matmul_tiling.FEW_ROWS + 128, 256),  # many rows reuse B: packed
+@pytest.mark.parametrize("rows, cols", [(matmul_direct.FEW_ROWS + 128, 256),  # many rows reuse B: packed
                                         (128, 1024)])  # rows 4 KB apart share few cache sets: packed
 def test_a_large_weight_is_packed_past_the_few_rows_rule(rows, cols):
     x, w = tensor(rows, 640), tensor(640, cols)
@@ -174,20 +174,20 @@ def test_a_large_b_with_rows_apart_but_not_aliasing_is_read_in_place(rows, cols,
     """B past its size limit with rows 4000 or 6000 bytes apart (beyond B_ROW_BYTES, not a
     multiple of ALIASING_BYTES) and few rows of A: read in place, no packing kernel."""
     x, w = tensor(*((640, rows) if transposed else (rows, 640))), tensor(640, cols)
-    assert w.numpy().size > matmul_tiling.DIRECT_LIMIT["b"] and cols * 4 > matmul_tiling.B_ROW_BYTES
-    assert (cols * 4) % matmul_tiling.ALIASING_BYTES != 0 and rows <= matmul_tiling.FEW_ROWS
+    assert w.numpy().size > matmul_direct.DIRECT_LIMIT["b"] and cols * 4 > matmul_direct.B_ROW_BYTES
+    assert (cols * 4) % matmul_direct.ALIASING_BYTES != 0 and rows <= matmul_direct.FEW_ROWS
     a = ops.transpose(x) if transposed else x
     y = a @ w
     assert names(y) == [f"M_{rows}_{cols}_640"]  # one kernel: nothing packed
     close(y, (f64(x).T if transposed else f64(x)) @ f64(w))
 
 
-@pytest.mark.parametrize("rows, packed", [(matmul_tiling.FEW_ROWS * 2, True), (matmul_tiling.FEW_ROWS, False)])
+@pytest.mark.parametrize("rows, packed", [(matmul_direct.FEW_ROWS * 2, True), (matmul_direct.FEW_ROWS, False)])
 def test_a_small_b_with_rows_4kb_apart_is_packed_when_many_rows_reuse_it(rows, packed):
     """B of 64 x 1024 (within DIRECT_LIMIT, rows 4 KB apart: few cache sets): packed for
     512 rows of A, read in place for 256."""
     x, w = tensor(rows, 64), tensor(64, 1024)
-    assert w.numpy().size <= matmul_tiling.DIRECT_LIMIT["b"] and 1024 * 4 > matmul_tiling.B_ROW_BYTES
+    assert w.numpy().size <= matmul_direct.DIRECT_LIMIT["b"] and 1024 * 4 > matmul_direct.B_ROW_BYTES
     y = x @ w
     assert [k[:3] for k in names(y)] == ["PB_"] * packed + ["M_" + str(rows)[0]]
     close(y, f64(x) @ f64(w))

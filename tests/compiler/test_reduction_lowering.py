@@ -5,7 +5,7 @@ import pytest
 
 import needle as ndl
 from needle import ops
-from needle.compiler import lowering, split_reductions
+from needle.compiler import column_reduce, split_reductions
 from needle.compiler.schedule import plan
 from needle.engine.schedule_cache import cpu_target
 from needle.ir.printer import output_nodes
@@ -62,12 +62,12 @@ def test_column_reduction_over_two_axes_with_an_epilogue():
     x = np.random.randn(6, 5, 33).astype(np.float32)
     y = ops.exp(ndl.Tensor(x, requires_grad=False).sum((0, 1)) * 0.1)
     (kernel,) = kernels_of(y)
-    assert f"r1q in {5 // lowering.ROWS_PER_PASS}" in kernel.text(), kernel.text()
+    assert f"r1q in {5 // column_reduce.ROWS_PER_PASS}" in kernel.text(), kernel.text()
     np.testing.assert_allclose(y.numpy(), np.exp(x.astype(np.float64).sum((0, 1)) * 0.1), rtol=1e-5)
 
 
 def test_wide_column_sum_splits_into_column_blocks():
-    x = np.ones((16, 3 * lowering.COLUMN_BLOCK + 5), np.float32)
+    x = np.ones((16, 3 * column_reduce.COLUMN_BLOCK + 5), np.float32)
     y = ndl.Tensor(x, requires_grad=False).sum((0,))
     (kernel,) = kernels_of(y)
     assert kernel.parallel == ("kb", 4)
@@ -112,7 +112,7 @@ def test_column_normalization_broadcast_back_runs_along_memory(rows, cols, monke
     against numpy float64.  (From split_reductions.SPLIT_MIN_COLUMNS elements its sums
     are split first, into partial sums the threads share: held off here.)"""
     monkeypatch.setattr(split_reductions, "SPLIT_MIN_COLUMNS", 1 << 60)
-    assert rows * cols * 4 >= lowering.COLUMN_BROADCAST_BYTES
+    assert rows * cols * 4 >= column_reduce.COLUMN_BROADCAST_BYTES
     x = (np.random.randn(rows, cols) * 3 + 1).astype(np.float32)
     t = ndl.Tensor(x, requires_grad=False)
     mean = ops.broadcast_to((t.sum((0,)) / rows).reshape((1, cols)), t.shape)
@@ -134,7 +134,7 @@ def test_kept_loops_follow_the_input_in_memory():
     """A 2 x 2 max pool in NCHW order over NHWC data (a conv's output): the channel loop,
     whose step moves one element in memory, is the innermost kept loop (outermost it
     made every channel a pass over all of the input's cache lines; the batch loop, 8
-    iterations, is parallel with the next one, lowering.spread_parallel); against numpy."""
+    iterations, is parallel with the next one, spread_parallel.py); against numpy."""
     x = np.random.randn(8, 12, 12, 16).astype(np.float32)
     t = ndl.Tensor(x, requires_grad=False)
     y = ops.permute(t, (0, 3, 1, 2)).reshape((8, 16, 6, 2, 6, 2)).max((3, 5))

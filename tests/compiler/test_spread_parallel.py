@@ -1,5 +1,5 @@
 """A CPU kernel's parallel loop of few iterations takes the loop inside it along
-(lowering.spread_parallel): the rewrite on hand-written nests with a known result,
+(compiler/spread_parallel.py): the rewrite on hand-written nests with a known result,
 the nests it leaves alone, and a padded weight-shaped kernel (ResNet9's 3 x 3 x C x C
 weight gradient, nonzero at the centre tap only) planned and run against numpy."""
 import numpy as np
@@ -7,7 +7,7 @@ import numpy as np
 import needle as ndl
 from needle import ops
 from needle.codegen import kernel_ir as K
-from needle.compiler.lowering import MIN_PARALLEL_EXTENT, spread_parallel
+from needle.compiler.spread_parallel import MIN_PARALLEL_EXTENT, spread_parallel
 from needle.compiler.schedule import plan
 from needle.engine.schedule_cache import cpu_target
 from needle.ir.printer import output_nodes

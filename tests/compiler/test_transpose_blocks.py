@@ -1,5 +1,5 @@
 """A transposing elementwise copy is tiled in TRANSPOSE_BLOCK x TRANSPOSE_BLOCK blocks
-(lowering.transpose_blocks): values against numpy (copies and one rounding each, so
+(compiler/transpose_blocks.py): values against numpy (copies and one rounding each, so
 exact or within an ulp), ragged blocks, AVX-512, AVX2 and SSE code; and which nests
 are left as they are."""
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 
 import needle as ndl
 from needle import ops
-from needle.compiler import lowering
+from needle.compiler import transpose_blocks
 from needle.compiler.schedule import plan, structure
 from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
@@ -39,7 +39,7 @@ def run(y, vector_bytes):
     return text, out.numpy()
 
 
-B, ROW = lowering.TRANSPOSE_BLOCK, lowering.TRANSPOSE_MIN_ROW
+B, ROW = transpose_blocks.TRANSPOSE_BLOCK, transpose_blocks.TRANSPOSE_MIN_ROW
 
 
 @pytest.mark.parametrize("vector_bytes", [64, 32, 16])

@@ -143,7 +143,7 @@ def strided_views():
 @case()
 def long_row_transposes():
     """Transposing copies with rows of 64 and more, which CPU kernels tile in blocks
-    (lowering.transpose_blocks); CUDA kernels keep one grid-stride loop."""
+    (compiler/transpose_blocks.py); CUDA kernels keep one grid-stride loop."""
     x, h = tensor(2, 64, 9, 7), tensor(2, 9, 7, 70)
     return [ops.permute(x, (0, 2, 3, 1)) * 2.0, ops.permute(h, (0, 3, 1, 2)) + 1.0]
 

@@ -1,0 +1,55 @@
+"""How a tile's sums reach C: added to the partial sums of the earlier K blocks, the
+epilogue (bias, activation, the extra roots) applied after the last one; SIMD stores
+for whole tiles, checked stores on the ragged edges.  `tiling` is the matmul's
+`matmul_tiling.Tiling`."""
+from __future__ import annotations
+
+from ..codegen import kernel_ir as K
+from .lowering import Lowering
+from .matmul_epilogue import epilogue, epilogue_stores
+
+
+def write_back(tiling, low: Lowering, out, bt, ip, jp, pc) -> list:
+    """C (+)= tile, with the epilogue applied (and the extra roots stored) after the
+    last K block."""
+    m, MR, NR = tiling.m, tiling.MR, tiling.NR
+    r, c = K.Var("wr"), K.Var("wc")
+    i = K.affine([(ip, MR), (r, 1)])
+    j = K.affine([(jp, NR), (c, 1)])
+    at = K.affine([(bt, tiling.M * tiling.N), (i, tiling.N), (j, 1)])
+    dtype = m.dtype
+    first = K.Binary("eq", pc, K.Const(0), "bool")
+    previous = K.Where(first, K.Const(0, dtype), K.Load(out, at, dtype), dtype)
+    total = K.Binary("add", previous, K.Load("tile", K.affine([(r, NR), (c, 1)]), dtype), dtype)
+    low.matmul_value = K.Var("sum", dtype)
+    root = low.group.root
+    last = K.Binary("eq", pc, K.Const(tiling.KB - 1), "bool")
+    if tiling.KB == 1:
+        return store_tiles(tiling, epilogue_stores(low, out, at, bt, i, j), ip, jp, i, j, total)
+    if not low.group.extra:  # the partial sum until the last K block, then the epilogue
+        value = K.Where(last, epilogue(low, bt, i, j), low.matmul_value, root.dtype)
+        return store_tiles(tiling, [K.Store(out, at, value)], ip, jp, i, j, total)
+    # extra roots are stored once, after the last K block: a branch per block, not per element
+    return [K.If(last, store_tiles(tiling, epilogue_stores(low, out, at, bt, i, j), ip, jp, i, j, total)),
+            K.If(K.Unary("not", last, "bool"),
+                 store_tiles(tiling, [K.Store(out, at, low.matmul_value)], ip, jp, i, j, total))]
+
+
+def store_tiles(tiling, stores, ip, jp, i, j, total) -> list:
+    """`stores` for each element of tile (ip, jp), after `sum = total`.  Tiles of
+    whole columns store each row as SIMD vectors (rows past M skipped); tiles on
+    the ragged column edge check each element (the epilogue's loads, a bias, may
+    not read past N)."""
+    MR, NR = tiling.MR, tiling.NR
+    update = [K.Let("sum", total)] + stores
+    if tiling.M % MR == 0:
+        rows = K.Loop("wr", MR, [K.Loop("wc", NR, update, "vector")], "unroll")
+    else:
+        rows = K.Loop("wr", MR, [K.If(K.Binary("lt", i, K.Const(tiling.M), "bool"),
+                                      [K.Loop("wc", NR, update, "vector")])], "unroll")
+    if tiling.N % NR == 0:
+        return [rows]
+    inside = K.land(K.Binary("lt", i, K.Const(tiling.M), "bool"), K.Binary("lt", j, K.Const(tiling.N), "bool"))
+    guarded = K.Loop("wr", MR, [K.Loop("wc", NR, [K.If(inside, update)])])
+    whole = K.Binary("le", K.affine([(jp, NR)], NR), K.Const(tiling.N), "bool")
+    return [K.If(whole, [rows]), K.If(K.Unary("not", whole, "bool"), [guarded])]
