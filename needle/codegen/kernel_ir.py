@@ -268,8 +268,7 @@ class Kernel:
         or copies into a local array (short rows transposed for their lanes): LLVM's
         unrolling of such a loop pays at any size of the kernel (runtime/jit.py
         `level_for`), where unrolling the short loops of a large body (a batch norm's
-        fused gradient over 16 rows: 0.2 s to compile) or of stores to memory costs
-        compile time."""
+        fused gradient over 16 rows) or of stores to memory costs compile time."""
         local = set()
 
         def folds(body) -> bool:
@@ -296,9 +295,8 @@ class Kernel:
     def release_body(self) -> None:
         """Drop the statement tree once the kernel is compiled: running it needs only
         the buffers, parameters and extents.  A cached schedule's trees are tens of
-        thousands of Python objects (an LSTM step's: 92,000, more than the rest of the
-        process) that every full garbage collection walks; a lazy LSTM step spent 40%
-        of its time in those collections."""
+        thousands of Python objects (an LSTM step's outnumber the rest of the process)
+        that every full garbage collection would walk, step after step."""
         self.body = None
 
     def code_text(self) -> str:

@@ -52,8 +52,8 @@ _fingerprint = None
 def render(kernel: K.Kernel, symbol: str, bounds_check: bool = False, vector_bytes: int = 0) -> str:
     """The LLVM IR text of `kernel`.  With `vector_bytes` (the target's SIMD width),
     its functions ask the loop vectorizer for vectors that wide: LLVM's default for
-    AVX-512 CPUs is 256-bit vectors, which halves the throughput of compute-bound
-    kernels (exp, tanh: 1.4x slower measured)."""
+    AVX-512 CPUs is 256-bit vectors, half the throughput of compute-bound kernels
+    (exp, tanh)."""
     module = ir.Module(name=symbol)
     _Renderer(module, kernel, symbol, bounds_check, scalef=vector_bytes >= 64).emit()
     text = str(module)

@@ -108,18 +108,16 @@ class Statements:
         - "llvm.loop.unroll.disable" on a loop around UNROLL_MAX_INNER_TRIPS or more
           trips of inner loops.  At O2 LLVM fully unrolls loops of few constant trips
           around inner loops: a padded copy's 6 x 6 loops around its 32-channel loop
-          became 36 copies of the vectorized loop, and the kernel took 84-114 ms to
-          compile instead of 40-44 (ResNet9's first step: 0.35 s of 4.4 s of LLVM work).
-          Loops around fewer trips (a max pool's 2 x 2 window: 2.5x slower without) and
+          became 36 copies of the vectorized loop, twice the compile time for no speed.
+          Loops around fewer trips (a max pool's 2 x 2 window, much slower rolled) and
           innermost loops are unrolled as before.
         - "llvm.loop.interleave.count" on an innermost loop computing a transcendental:
           its polynomials are long chains of dependent FMAs, and one vector per
-          iteration left the FP units idle (vectorized alone, LLVM chose 1).  Four at a
-          time, one thread, 2^20 floats, AVX2 (Zen 2): sigmoid 1.45 -> 1.00 ns a float,
-          tanh 0.83 -> 0.75, exp 0.52 -> 0.48, log 0.75 -> 0.71.  It costs compile time
-          (a tanh kernel 22 -> 34 ms), so kernels that run little (not `Kernel.hot`: the
-          compiler marks them from Target.unroll_min_work, as the JIT picks its
-          unrolling) are left alone.
+          iteration left the FP units idle (vectorized alone, LLVM chose 1); four at a
+          time keep them busy (the exp, tanh, log and pow rows of
+          `benchmarks/bench_cpu.py`).  It costs compile time, so kernels that run
+          little (not `Kernel.hot`: the compiler marks them from
+          Target.unroll_min_work, as the JIT picks its unrolling) are left alone.
 
         (A loop ID's first operand is the ID itself, which llvmlite cannot build: its
         operands are set after it is made, and it is never hashed.)"""

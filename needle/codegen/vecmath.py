@@ -17,8 +17,7 @@ code): within 1 ulp of the correctly rounded result everywhere.
   again).  fma is required for the error bounds (exp's reduction relies on an exact
   fma); on a CPU without it llvm.fma is a libm call: correct, slow.  (A float64
   evaluation rounded once was correctly rounded but for 3e-6 of inputs, and cost
-  1.2x-1.6x in fused kernels: half the lanes; sigmoid's cost 1.9x its float32
-  form.)  sigmoid's plain 1 / (1 + e**-x) in float32 loses up to 3 ulp
+  more in fused kernels: half the lanes.)  sigmoid's plain 1 / (1 + e**-x) in float32 loses up to 3 ulp
   to its roundings: it tracks them (error-free transformations) and corrects its
   one division.
 - pow: evaluated in float64 (relative error below 2**-34) and rounded once:
@@ -196,9 +195,8 @@ def exp_f32(b: ir.IRBuilder, x, scalef: bool = False):
     With `scalef` (AVX-512 targets, where llvm.ldexp is one `vscalefps`), e**r is
     the polynomial by Horner to its constant 1 and 2**n is applied by ldexp, which
     overflows, underflows and rounds subnormals itself: 18 vector instructions instead
-    of 21, 0.94-0.96x the time of exp over 2^20 floats on one thread, and 6.3% of
-    results on [-87, 88] 1 ulp off instead of 9.5% (its last step, 1 + r p, rounds
-    once).  (Elsewhere ldexp is a libm call per lane.)"""
+    of 21, and 6.3% of results on [-87, 88] 1 ulp off instead of 9.5% (its last step,
+    1 + r p, rounds once).  (Elsewhere ldexp is a libm call per lane.)"""
     k = _Kit.like(b, x)
     xc = b.select(k.lt(x, _EXP32_LO), k.f(_EXP32_LO), x)
     xc = b.select(b.fcmp_ordered(">", xc, k.f(_EXP32_HI)), k.f(_EXP32_HI), xc)
@@ -245,11 +243,10 @@ def tanh_f32(b: ir.IRBuilder, x):
     clamped to 9.5 (tanh rounds to 1 from 9.02 on); the sign from x last.  e**(2|x|) is
     reduced with one constant: its relative error n 1.9e-9 (n <= 28) reaches the result
     times 2e / (e + 1)**2 <= 0.35 and shrinks as e**-2|x|, under 0.04 ulp; one fma less
-    an element (0.95x the time, one thread; the results 1 ulp off the same).  The
-    doubling of |x| is folded into the reduction's constants and the polynomial's
-    (powers of two: the same values), and the sign is or-ed in (both branches are
-    positive): 0.94x the time again (one thread, AVX2, 2^20 floats, in-process medians).
-    Every operation of the two branches counts: both run for every vector."""
+    an element (the results 1 ulp off the same).  The doubling of |x| is folded into
+    the reduction's constants and the polynomial's (powers of two: the same values),
+    and the sign is or-ed in (both branches are positive).  Every operation of the two
+    branches counts: both run for every vector."""
     k = _Kit.like(b, x)
     _f = k.f
     ax = k.intrinsic("llvm.fabs", x)

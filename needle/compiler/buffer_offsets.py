@@ -2,8 +2,8 @@
 
 An unrolled RNN's kernels of time step t read that step's slice of a stacked
 buffer at `index + t * size` and are otherwise the same kernel: each was compiled
-on its own (an LSTM's 20 fused gate kernels: 20 x 130 ms of LLVM and 100 ms of
-rendering, on a first step of 5.6 s).  `hoist_offsets` takes the smallest constant
+on its own (an LSTM's fused gate kernel once per time step, most of its first step's
+time).  `hoist_offsets` takes the smallest constant
 term of each buffer's indices out of the kernel; the runtime adds it to that
 buffer's pointer at launch (Call.offsets), and the kernels of all steps share one
 compiled object.

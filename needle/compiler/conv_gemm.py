@@ -19,11 +19,9 @@ from .views import View, same_memory_order
 
 #: a conv's forward reads its windows in place (`tap_loops`) for at most this many output
 #: channels; with more, each tile of NR channels would read them again, and they are
-#: packed once per row block instead (`window_rows`).  In-process A/B, 2 threads, AVX2,
-#: (N, H, C_in, C_out) 3x3: in place against the stored im2col 16x32x64x64 0.80x the
-#: time (no padding 0.76x), 16x16x128x128 0.90-0.98x, 16x8x256x256 1.07x; packed
-#: against in place 16x32x64x64 1.09x, 16x32x32x32 1.22x, 16x16x128x128 0.99x; packed
-#: against the im2col 16x16x128x256 0.94x, 16x32x64x256 0.93x, 16x16x256x256 0.99x
+#: packed once per row block instead (`window_rows`).  The conv rows of
+#: `benchmarks/bench_cpu.py` and the CNN and ResNet9 steps of `bench_training.py` run
+#: both sides of it
 WINDOW_COLUMNS = 128
 
 
@@ -66,8 +64,7 @@ def tap_loops(tiling, low: Lowering, pc, kc, ip, rows) -> list:
     tile by one step.  A tap that all MR rows read inside the input (the most,
     away from the borders) reads in place; at the others the rows' runs are
     first copied to `runs`, zeros where a row reads padding (masked loads in the
-    depth loop itself, a select per row and step, took 1.07x the stored im2col's
-    time on 16x32x32x64 3x3; the copies 0.80-0.83x, no padding at all 0.76x).
+    depth loop itself, a select per row and step, lost what reading in place saves).
     A tile whose rows read inside the input at every tap skips the per-tap test."""
     view, nrows, _ = tiling.window
     w = view.arg

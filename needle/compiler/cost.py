@@ -10,12 +10,11 @@ from ..ir.nodes import ELEMENTWISE, MOVEMENT
 #: EXPENSIVE_COST a transcendental) is recomputed by every reader instead of being stored
 CHEAP_OPS = 8
 EXPENSIVE = ("exp", "log", "tanh", "pow", "sqrt", "sigmoid")
-#: what one EXPENSIVE op counts for in `subtree_cost`.  At 4, an RNN cell's tanh or an
-#: LSTM gate's sigmoid of its summed pre-activations (4 + 3 adds) counted as cheap, and
-#: every backward kernel that reads the activation computed it again: captured steps, in
-#: process against 4: RNN language model 6.98 -> 4.21 ms, LSTM 4.26 -> 3.72 (3.7 at 8,
-#: 9 and 16 too), Transformer 8.84 -> 8.31; MLP, MLPResNet, ResNet9 and CNN build the same
-#: kernels at 6, and so does every bench_cpu workload
+#: what one EXPENSIVE op counts for in `subtree_cost`: high enough that an RNN cell's
+#: tanh or an LSTM gate's sigmoid of its summed pre-activations (4 + 3 adds) is stored
+#: once, not computed again by every backward kernel that reads the activation (the RNN
+#: and LSTM rows of `benchmarks/bench_training.py`); the other models build the same
+#: kernels either way
 EXPENSIVE_COST = 6
 #: an inlined expression larger than this is cut (its top node stored), which keeps
 #: kernels quick to compile and code generation free of deep recursion

@@ -142,8 +142,7 @@ class Fusion:
     def read_windows_in_place(self) -> None:
         """A copy of a conv's windows (its im2col matrix) read only by matmuls that
         read the windows themselves (`window_operand`: a forward, a weight gradient)
-        is not stored: 9x the input's bytes (a 3x3 conv) written and read again, a
-        fifth of a 3x3 forward's time."""
+        is not stored: 9x the input's bytes (a 3x3 conv) written and read again."""
         for n in self.order:
             if n.op != "copy" or id(n) not in self.stored or id(n) in self.out_ids:
                 continue

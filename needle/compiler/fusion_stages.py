@@ -17,7 +17,7 @@ def split_nested_reductions(f) -> None:
     when they can: the input's shape is an inner reduction's result or source (up
     to ones).  A batch norm's variance, split in partial sums (split_reductions),
     reads its mean, a reduction of the partial means: storing (x - mean)**2 for it
-    wrote and read back the whole input (100352 x 16: 482 -> 430 us without)."""
+    would write and read back the whole input."""
     stored, groups, reasons = f.stored, f.groups, f.reasons
     for r in f.order:
         if r.op not in REDUCE:

@@ -93,8 +93,7 @@ def new_group(n) -> Group:
 #: at most this many pieces of an assemble are written by one kernel.  A kernel walks
 #: its pieces side by side, a read and a write stream each; an LSTM's pieces (one per
 #: time step) lie a multiple of 16 KB apart, so 20 of them had 40 streams in the same
-#: cache sets: stacking its 20 gate gradients of 16x256 took 210-214 us in one kernel,
-#: 11-13 us a kernel of four (55-60 in all)
+#: cache sets, and evicted each other's lines; a few streams fit
 PIECES_PER_KERNEL = 4
 
 

@@ -12,11 +12,9 @@ from .lowering import Lowering
 def rows_apart(tiling) -> bool:
     """Whether A is computed from its producers (a bias and an activation fused in)
     out of loads contiguous along K whose rows lie apart: packed into [kk][MR] panels
-    it would be gathered MR rows apart at every step of K.  Packed row-major
-    instead, relu(z + b) @ w took (2 threads, AVX2) 128x256x64 60 us instead of 100
-    (a stored A read in place: 51), 128x784x256 370 instead of 420 (347),
-    100x100x50 24.5 instead of 32.5 (21.5), 128x256x10 23.7 instead of 64.6 (20.5;
-    computed by the tile itself, 38.9)."""
+    it would be gathered MR rows apart at every step of K; packed row-major, a
+    layer's relu(z + b) @ w comes close to the time of a stored A read in place (and
+    beats computing A in the tile itself)."""
     value = tiling.make().gen(tiling.a, tiling.batch_index(K.Const(0)) + (K.Var("probe_i"), K.Var("probe_k")))
     strides = _load_strides(value)
     return bool(strides) and not isinstance(value, K.Load) and \

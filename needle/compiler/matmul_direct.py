@@ -11,37 +11,24 @@ from . import matmul_rows
 
 #: an operand read straight from its buffer (a parameter, an activation) of at most this many
 #: elements per matrix (of a stack: attention's heads) is not packed: it stays in cache across
-#: panels, and packing it would cost a copy on every call.  A is read as MR row streams, B as rows of panels: past
-#: these sizes the packed layout's locality wins (measured: 512^3 and 784x128x256 with a
-#: transposed A ran 15-35% slower unpacked)
+#: panels, and packing it would cost a copy on every call.  A is read as MR row streams, B as
+#: rows of panels: past these sizes the packed layout's locality wins
 DIRECT_LIMIT = {"a": 1 << 14, "b": 1 << 17}
 #: a larger A is read in place when reading it is cheap: at any size when k is its
 #: contiguous axis (each of the tile's MR row streams reads on in memory), up to
 #: A_AFFINE_LIMIT elements when its index is otherwise affine in k (no division: a conv's
 #: im2col view is packed, its every read would divide).  Packing A gathers across its rows
 #: on every call, for every K block of every row block, and few B panels share the cost
-#: when N is small.  In-process A/B against packing, one thread: 4096x256x64 0.76x the
-#: time, 2048x4096x64 0.63x, 1024x512x96 0.79x, 1024x1024x256 0.89x, 1024^3 0.96x,
-#: 512^3 0.96x, 2048^3 1.00x; two threads: 1024x1024x256 0.88x, 1024^3 0.90x, 512^3
-#: 0.96-0.99x; with the limit then at 131,072 elements, 256^3 0.88-0.91x, 128x784x256
-#: 0.93x.  A transposed A of 100,352 elements (x.T @ g at 784x128x256) ran 1.07-1.09x,
-#: so past A_AFFINE_LIMIT only a row-major A qualifies.
+#: when N is small.  A larger transposed A (a weight gradient's x.T) reads too many lines
+#: at once, so past A_AFFINE_LIMIT only a row-major A qualifies.
 A_AFFINE_LIMIT = 1 << 16
-#: a larger B is still read in place when at most this many rows of A reuse it and its rows
+#: a larger B is still read in place when at most FEW_ROWS rows of A reuse it and its rows
 #: lie at most B_ROW_BYTES apart: packing costs a copy of B on every call, more than the
-#: strided reads save when few A panels reuse each B panel (128x784x256: 0.71-0.78x the
-#: packed time, 32x784x256 0.68x, 16x256x1024 0.44x; 384 rows: no gain).  Rows 4 KB apart
-#: share too few cache sets (256x512x1024 ran 1.66x slower in place); a small B whose rows
-#: lie that far apart is packed too when more rows of A reuse it (in-process A/B, packed
-#: against in place, 1 and 2 threads: 1024x128x1024 0.90x and 0.91x, 512x64x2048 0.80x
-#: and 0.97x, 2048x32x1024 0.86x and 0.89x; 256x96x1024 1.02x and 1.28x, so not there).
-#: Rows farther apart are read in place too unless their distance is a multiple of
-#: ALIASING_BYTES, where they share too few sets at every cache level (in-process A/B,
-#: 2 threads, AVX2, in place against packed: 4000-byte rows 16x1000x1000 0.41x the time,
-#: 32x320x1000 0.51x, 64x320x1000 with A transposed 0.66x, 128x784x1000 0.68x,
-#: 192x512x1000 0.85x, 256x320x1000 0.87x, 256x1000x784 0.87x; 3072 and 6144-byte rows
-#: 64x512x768 0.70x, 128x256x1536 0.88x; 4096-byte rows 128x512x1024 1.17x,
-#: 128x1024x1024 1.21x, 256x512x1024 1.38x)
+#: strided reads save when few A panels reuse each B panel.  Rows 4 KB apart share too few
+#: cache sets, so a small B whose rows lie that far apart is packed too when more rows of A
+#: reuse it.  Rows farther apart are read in place too unless their distance is a multiple
+#: of ALIASING_BYTES, where they share too few sets at every cache level (a 1000-class
+#: layer's 4000-byte rows are read in place, 1024 floats' 4096-byte rows packed)
 FEW_ROWS, B_ROW_BYTES, ALIASING_BYTES = 256, 2048, 4096
 
 

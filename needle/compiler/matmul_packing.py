@@ -50,9 +50,8 @@ def panel(tiling, low: Lowering, operand, out: str, rows_first: bool, bt, pc, p,
 
 def pack_b(tiling) -> K.Kernel:
     """The kernel that packs B: every thread of the macro-kernel reads all of it,
-    so it is packed before.  Threaded by its own size, a copy's (not by the
-    matmul's flops: ResNet9's 3-5 us packs of 2-5 MFLOP matmuls took 12-17 us on
-    two threads)."""
+    so it is packed before.  Threaded by its own size, a copy's, not by the
+    matmul's flops: a small copy split across threads costs more than it saves."""
     low = tiling.make()
     out = low.buffer(tiling.bp, tiling.m.dtype, "out")
     q, panels = K.Var("q"), tiling.NP
@@ -77,9 +76,7 @@ def pack_a_panels(tiling, low: Lowering, out: str, bt, ib, pc) -> list:
     # a block of whole panels is packed row of K by row of K, every panel's share of
     # it in turn: a transposed A (a weight gradient's x.T) is then read along its rows,
     # each cache line once, where a panel at a time took 32 of a line's 64 bytes on
-    # every step of K and read each line again for the next panel (in-process A/B,
-    # x.T @ g, 2 threads: 16384x576x64 0.92x the time, 4096x576x128 0.93-0.99x,
-    # 1024x1152x256 0.98x)
+    # every step of K and read each line again for the next panel
     whole = K.Binary("le", K.affine([(ib, tiling.MCP * tiling.MR)], tiling.MCP * tiling.MR), K.Const(tiling.M), "bool")
     by_rows = panel(tiling, low, tiling.a, out, True, bt, pc, p, panels=tiling.MCP, first=K.affine([(ib, tiling.MCP)]))
     return [K.If(whole, by_rows), K.If(K.Unary("not", whole, "bool"), per_panel)]

@@ -12,18 +12,15 @@ computes 6 rows for one on AVX2) and walk B down its columns, so a large B, or o
 whose rows alias in the cache, is packed first: a copy of all of B on every call, for
 a product that reads each element of B M times.  Streamed, each element of B is read
 once from memory, four contiguous runs at a time, and the chunk's rows reuse it from
-L1.  In-process A/B, this kernel's time over the tiling's, 2 threads, AVX2 (Zen 2),
-captured calls: 1x1024x1024 0.11, 4x1024x1024 0.21, 1x4096x4096 0.20, 1x512x512 0.69,
-2x128x1000 0.77, 3x300x300 0.87, 4x256x256 0.92, 4x784x256 1.02 (B read in place by the
-tiles); where the tiles pack B: 8x512x2048 0.29, 16x512x2048 0.46, 32x512x2048 0.67-0.70,
-32x1024x1024 0.71, 48x1024x1024 0.87, 64x1024x1024 1.13, 64x512x2048 1.02 (ROWS_MAX).
+L1.  The gain shrinks as the rows grow; past ROWS_MAX the tiles win again
+(`benchmarks/bench_cpu.py`'s "matmul 1x1024x1024" and "matmul 32x512x2048" time this
+path).
 
 A matmul too small to tile (matmul_tiling.SMALL) streams B's rows too, whatever its rows,
 from SMALL_DEPTH steps of K: the plain nest it replaces reads B down its columns.
 
 A matrix-vector product W @ x (or x @ W.T) is instead one dot product of two contiguous
-runs per element (`dot_products`), and W.T @ x this kernel on C^T = x^T W: 1024^2 on 2
-threads 322 -> 82 us, 731 -> 75 and 384 -> 72 (numpy 41-67 us).
+runs per element (`dot_products`), and W.T @ x this kernel on C^T = x^T W.
 """
 from __future__ import annotations
 
@@ -43,10 +40,8 @@ ROWS_MAX = 48
 ACC_BYTES = 8192
 #: steps of K per pass over a chunk: four runs of B read together
 UNROLL = 4
-#: a matmul too small to tile streams B's rows from this depth on, whatever its rows
-#: (against the plain nest, captured calls: 12x32x256 0.45x the time, 40x40x40 0.50x,
-#: 48x32x64 0.47x, 60x30x60 0.46x, 32x32x32 0.70x, 6x100x50 0.73x, 64x16x64 0.97x;
-#: shallower ones lose: 16x8x700 1.08x, 256x4x64 1.18x)
+#: a matmul too small to tile streams B's rows from this depth on, whatever its rows;
+#: shallower ones are quicker as the plain nest
 SMALL_DEPTH = 16
 
 

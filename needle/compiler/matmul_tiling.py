@@ -51,7 +51,7 @@ def row_blocks(panels: int, threads: int) -> tuple:
     is short when the panels do not divide evenly, and its thread has less to do: of
     the block counts up to two more per thread than the fewest, the one whose busiest
     thread has the fewest panels (64 panels on 2 threads: 4 blocks of 8 per thread, 32
-    panels each, where 3 of 11 gave 33 and 31: 512^3 ran 0.97x the time)."""
+    panels each, where 3 of 11 gave 33 and 31)."""
     fewest = -(-panels // (threads * MC_PANELS))
 
     def busiest(per_thread: int) -> tuple:
@@ -168,8 +168,8 @@ class Tiling:
     def pack_a_block(self, low: Lowering, out: str, bt, ib, pc) -> list:
         """In the macro-kernel, before K block `pc` of row block `ib`: pack the block's
         A panels.  The thread that multiplies them packs them, and they are still in
-        its cache when it does (a panel packed on one core and read on another crossed
-        between their caches: 784x128x256 ran 1.6x slower), without a kernel launch."""
+        its cache when it does (a panel packed on one core and read on another crosses
+        between their caches), without a kernel launch."""
         if self.window_t:
             return window_block(self, low, out, ib, pc)
         if self.window:

@@ -2,29 +2,22 @@
 
 A row reduction (a sum or max over the last axis, a layer norm) walked one row
 at a time reads one stream of memory per thread, and one stream does not keep
-enough cache-line requests in flight to reach the memory's bandwidth on a long row.
-Four rows at a time read four streams in the same loops: a sum over the rows of a
-4096 x 4096 float32 matrix took 1.85 ms instead of 2.75 on two Zen 2 threads (C,
-AVX2), where torch's kernel took 2.2 ms.  The loop over the rows steps by JAM_ROWS;
-each statement of its body appears JAM_ROWS times, its locals renamed per row,
-inside the same loops over the reduced axes; the rows left over at the end take a
-body of their own (fewer copies) under an `If`.  In-process A/B on the Zen 2 host: sum
-over the rows of 4096 x 4096 0.77x the time, layer norm over 4096 x 1024 0.84x.
+enough cache-line requests in flight to reach the memory's bandwidth on a long row;
+four rows at a time read four streams in the same loops.  The loop over the rows
+steps by JAM_ROWS; each statement of its body appears JAM_ROWS times, its locals
+renamed per row, inside the same loops over the reduced axes; the rows left over at
+the end take a body of their own (fewer copies) under an `If`.
 
 Short rows gain more: each row's horizontal folds, loop set-up and ragged tail
-(scalar code) overlap with three other rows'.  Rows of 16 or more, in-process A/B,
-2 threads, AVX2: layer norm over 65536 x 16 0.49-0.51x the time, 32768 x 32 0.49x,
-16384 x 64 0.68x, 8192 x 100 0.59x, 4096 x 128 0.63x, 512 x 100 0.66x; sum over
-the rows of 65536 x 32 0.63x.  Shorter rows without a transcendental lose (layer norm
-over 131072 x 8 1.33-1.39x, 65536 x 10 1.79x, 65536 x 12 1.44x).
+(scalar code) overlap with three other rows'.  Rows shorter than JAM_MIN_ROW without
+a transcendental lose: the copies cost more than the overlap gives.
 
 A body with a transcendental is jammed only when its rows are shorter than
-JAM_MAX_TRANSCENDENTAL_ROW (however short): a long row's passes are bound by the arithmetic (a
-softmax's exp), four rows of it at once only crowd the registers (softmax over 4096 x
-1024 1.05-1.17x the time jammed), while short rows' scalar tails (exp and log lane by
-lane) overlap: cross-entropy over 8192 x 10 0.56x, 256 x 10 0.81x, softmax over 131072
-x 8 0.84x, 65536 x 10 0.90x, 65536 x 16 0.94-0.97x, 8192 x 100 0.96x, logsoftmax over
-8192 x 100 0.81x.
+JAM_MAX_TRANSCENDENTAL_ROW (however short): a long row's passes are bound by the
+arithmetic (a softmax's exp), and four rows of it at once only crowd the registers,
+while short rows' scalar tails (exp and log lane by lane) overlap.  The sums, layer
+norms, softmaxes and cross-entropies of `benchmarks/bench_cpu.py` are the shapes these
+limits were chosen on.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ of 10 floats is one vector of 8 and two scalar steps, and every row ends in hori
 folds; with a transcendental (a cross-entropy's exp and log) each row costs three exp
 evaluations.  Here the loop over the rows steps by `lanes` rows: the rows' elements are
 first copied, transposed, to a local tile (element r of every row contiguous; reading
-them with a stride of the row length would be gathers, which cost Zen 2 about 18
-cycles for 8 floats); every accumulator becomes a local array of `lanes` values and
+them with a stride of the row length would be gathers, several times the cost of a
+vector load); every accumulator becomes a local array of `lanes` values and
 every statement a vector loop over the lanes, reading element r of all rows as one
 vector from the tile; the rows' results are one contiguous vector store.  Only bodies
 that store one value a row qualify (a loss, a row sum, logsumexp).  The rows left over
@@ -20,11 +20,9 @@ from .kernel_exprs import coefficient, map_loads, substitute, transcendentals, u
 from .row_jam import _CannotJam, declared, step_rows
 
 #: rows of at most this many elements are put in lanes when the body computes a
-#: transcendental (see the module docstring).  In-process A/B against the jammed rows,
-#: captured, 2 threads, AVX2 (Zen 2): cross-entropy over 256 x 10 0.66x the time, 4096 x
-#: 10 0.72x, 1024 x 4 0.59x, 256 x 16 0.91x, 8192 x 16 0.90x; logsumexp over 2048 x 8
-#: 0.82x.  Without a transcendental the copy costs what the lanes save (row sums over
-#: rows of 8-16 0.89-0.99x, row maxima over rows of 12 1.22x): those stay as they were
+#: transcendental (see the module docstring): a loss over ten classes gains most, rows
+#: of 16 still gain.  Without a transcendental the copy to the tile costs what the
+#: lanes save (row sums and maxima of short rows), so those stay as they were
 LANES_MAX_ROW = 16
 
 

@@ -6,10 +6,10 @@ slices of its leading reduced axis, then the reduction of those partials.
 A reduction to one value has no kept axis to split across threads (to a few values,
 too few to share out; the column path shares out blocks of 1024 columns, so fewer
 columns are one task): it was one loop on one thread, reading one stream of memory
-(the sum of a 4096 x 4096 float32 array: 4.0 ms, torch 2.0; the column sums of
-2^20 x 16: 3.8 ms, 2.2 split).  With the leading axis reshaped to (CHUNKS, n / CHUNKS)
-the first reduction keeps CHUNKS values (rows of them): its kernel runs them in
-parallel, each over contiguous memory; the second, over CHUNKS values, costs little.
+(`benchmarks/bench_cpu.py`'s "sum of all 4096^2").  With the leading axis reshaped to
+(CHUNKS, n / CHUNKS) the first reduction keeps CHUNKS values (rows of them): its kernel
+runs them in parallel, each over contiguous memory; the second, over CHUNKS values,
+costs little.
 The reshape only splits an axis, so it is a view of any layout, fused into the first
 kernel.  (The CUDA lowering splits its reductions itself, over blocks.)
 
@@ -28,17 +28,15 @@ SPLIT_MIN = 1 << 16
 SMALL_OUTPUT = 8
 #: a reduction that keeps the last axis (the column path: one task per COLUMN_BLOCK
 #: columns) is split from SPLIT_MIN_COLUMNS elements when it keeps at most SPLIT_COLUMNS
-#: values: the CNN's batch norms (100352 x 16, 25088 x 32) took the captured step 20.5 ->
-#: 18.7 ms; an LSTM's bias gradient over 320 x 1000 lost 1% split, so it is not
+#: values: the CNN's batch norms (100352 x 16, 25088 x 32) gain; an LSTM's bias gradient
+#: over 320 x 1000 does not, so it is not split
 SPLIT_COLUMNS, SPLIT_MIN_COLUMNS = 1024, 1 << 19
 #: partial reductions wanted: a multiple of any thread count up to 16 or so, and few
 #: enough for the final reduction to be negligible; fewer when the axis does not divide
 CHUNKS = 64
 #: the column path's partials, per thread: each is a row of the kept columns, written
-#: and read back by the final reduction (one thread), so fewer than CHUNKS pay.  At 4
-#: (8 on two threads) rather than 64, captured column sums, 2 threads, AVX2: 1000 x 1000
-#: 87 -> 53 us, 2048 x 1000 102 -> 82, 4096 x 512 106 -> 74; 4096 x 4096, the CNN's
-#: 100352 x 16 and 25088 x 32 unchanged (within 5%)
+#: and read back by the final reduction (one thread), so fewer than CHUNKS pay: column
+#: sums of a thousand rows or so gain, the tall ones (a CNN's batch norms) stay as fast
 COLUMN_CHUNKS_PER_THREAD = 4
 #: elements of the source a chunk reads at least (an LSTM's bias gradient over 320 x 1000
 #: in 64 chunks of 5 rows wrote and read back a fifth of its input)

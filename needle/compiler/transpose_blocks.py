@@ -6,12 +6,11 @@ from ..codegen import kernel_ir as K
 from .kernel_exprs import coefficient, loads
 
 
-#: the side of the blocks a transposing elementwise copy is tiled in (`transpose_blocks`),
-#: and the least length of its last axis: in-process A/B, 2 threads, AVX2, a weight's
-#: 3x3x128x128 with its last two axes swapped took 0.41x the time, NHWC to NCHW of
-#: 128x28x28x16 0.41x and of 16x32x32x64 0.48x, NCHW to NHWC of 16x64x32x32 0.20x (blocks
-#: of 4, 12 and 16 did no better); rows of 16 or 32 (a CNN's NHWC gradients of 16 or 32
-#: channels read beside NCHW ones) ran 1.5-1.6x slower blocked
+#: the side of the blocks a transposing elementwise copy is tiled in (`transpose_blocks`:
+#: a block of 8 x 8 floats reads whole cache lines on both sides; other sides did no
+#: better), and the least length of its last axis: shorter rows (a CNN's NHWC gradients
+#: of 16 or 32 channels read beside NCHW ones) already use what they read, and the
+#: blocks' loops only cost
 TRANSPOSE_BLOCK = 8
 TRANSPOSE_MIN_ROW = 64
 

@@ -34,9 +34,8 @@ WINDOW_RUN = 16
 #: a buffer padded to at least this many times its size (a 3x3 conv's 1-pixel border
 #: around an image of at most 20 x 20) is stored padded before a conv's matmul reads its
 #: windows: read in place, a window that reads some padding is copied, masked, to the
-#: matmul's row buffer first, and most of a small image's windows do (captured 3x3
-#: convs, 2 threads, AVX2: 128 -> 128 channels over 8 x 8 images 4.0 -> 3.5 ms, 64 -> 64
-#: over 12 x 12 0.88x the time, 16 x 16 0.93x, 20 x 20 0.96x; 256 -> 256 over 4 x 4 1.02x)
+#: matmul's row buffer first, and most of a small image's windows do (a deep CNN's last
+#: layers); a large image's border is too small a share to pay for the copy
 PADDED_COPY_MIN_RATIO = 1.2
 
 

@@ -66,7 +66,7 @@ def to_networkx(outputs):
     order = toposort(outputs)
     num = numbering(order)
     out_ids = {id(n) for n in outputs}
-    import networkx as nx  # here, not at import: 0.25 s and 15,000 objects every full GC walks
+    import networkx as nx  # here, not at import: slow to import, and its objects lengthen every full GC
     g = nx.DiGraph()
     for n in order:
         k = num[id(n)]
