@@ -19,5 +19,10 @@ from .profiler import profile  # noqa: F401,E402
 from . import autograd_graph, data, ir, nn, optim, runtime  # noqa: F401,E402
 from .serialization import load, save  # noqa: F401,E402
 from .captured.function import jit  # noqa: F401,E402
+from . import config  # noqa: E402
+
+if config.VIZ:  # NEEDLE_VIZ=1: record what this process compiles and runs, for `python -m needle viz`
+    from . import viz
+    viz.start_for_process()
 
 __version__ = "0.1.0"

@@ -36,6 +36,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_viz(args: argparse.Namespace) -> int:
+    from .cli import viz
+    viz.run(args)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .cli import compare, ir, train
 
@@ -67,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
                                         "IDX files (MNIST or Fashion-MNIST) and report test accuracy.")
     train.add_arguments(p)
     p.set_defaults(func=cmd_train)
+
+    from .cli import viz
+    p = commands.add_parser("viz", help="see a whole step in the browser: every stage, kernel and time",
+                            description="Run a script (with NEEDLE_VIZ=1) or a built-in workload, or read a "
+                                        "recording, and serve a page on 127.0.0.1 with every schedule it ran: the "
+                                        "graph at each stage, why each kernel boundary is there, each kernel's "
+                                        "code and time, and your source lines.")
+    viz.add_arguments(p)
+    p.set_defaults(func=cmd_viz)
 
     return parser
 

@@ -60,3 +60,11 @@ POOL_BYTES = max(0, _int("NEEDLE_POOL_BYTES", 1 << 30))
 
 #: 0 makes needle.jit run the function plainly on every call (no capture, no replay).
 JIT = _int("NEEDLE_JIT", 1) != 0
+
+# ---- needle.viz (docs/seeing-a-step.md)
+#: 1 records what the process compiles and runs, written at exit for `python -m needle viz`.
+VIZ = _int("NEEDLE_VIZ", 0) != 0
+#: a recording keeps the last this many schedules (a captured step and its replays count once).
+VIZ_SCHEDULES = max(1, _int("NEEDLE_VIZ_SCHEDULES", 16))
+#: the folder recordings are written to (<script>-<pid>.json) and `python -m needle viz` reads.
+VIZ_DIR = os.environ.get("NEEDLE_VIZ_DIR") or os.path.join(CACHE_DIR, "viz")

@@ -57,8 +57,9 @@ def _run(op_key, build_node, *arrays, scalar=None):
 
 
 def _unobserved() -> bool:
-    """No profile or capture watches the schedules (they see graphs, not the shortcut)."""
-    return capture.CURRENT is None and schedule_cache.CACHES["cpu"].observer is None
+    """No profile, capture or needle.viz watches the schedules (they see graphs, not the shortcut)."""
+    return (capture.CURRENT is None and schedule_cache.CACHES["cpu"].observer is None
+            and schedule_cache.WATCH is None)
 
 
 def _position(leaf, arrays) -> int:

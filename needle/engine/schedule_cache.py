@@ -8,6 +8,7 @@ the schedule and turns the requested nodes into buffers.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
 
@@ -78,7 +79,7 @@ def cpu_target() -> Target:
     return target
 
 
-_CUDA_TARGETS = {flag: Target("cuda", 0, bounds_check=flag) for flag in (False, True)}
+_CUDA_TARGETS = {flag: Target("cuda", 0, bounds_check=flag, grid=True) for flag in (False, True)}
 
 
 def cuda_target() -> Target:
@@ -122,6 +123,13 @@ def kernel_code(kernel, target: Target, optimized: bool = False) -> str:
 CACHES = {"cpu": ScheduleCache(cpu_target), "cuda": ScheduleCache(cuda_target)}
 cuda_runtime.at_shutdown(CACHES["cuda"].clear)  # its entries hold device memory
 
+#: needle.viz's one hook in the engine, set only while it records (NEEDLE_VIZ=1, `python -m
+#: needle viz`): `WATCH(entry, nodes, target)`, a context manager around each run of a compiled
+#: schedule, entered while `nodes` still hold their graph and left after the run and a
+#: capture's note of it.  None otherwise (the eager shortcut stands aside while it is set).
+WATCH = None
+_UNWATCHED = contextlib.nullcontext()
+
 
 def compiled_schedule(nodes):
     """(CompiledSchedule, leaves, scalars) for the graph of `nodes` (all on one device)."""
@@ -146,13 +154,14 @@ def realize(nodes) -> None:
     entry, leaves, scalars = cache.get(nodes)
     if config.DEBUG >= 1:
         print(describe.schedule_summary(entry.schedule))
-    t0 = time.perf_counter()
-    outputs = entry.run(leaves, scalars, device)
-    if on_gpu:
-        cuda_runtime.synchronize()
-    counters.add("run_seconds", time.perf_counter() - t0)
-    counters.add("schedules")
-    if capture.CURRENT is not None and capture.current() is not None:  # (needle.jit records the call it captures)
-        capture.current().schedule(entry, leaves, scalars, device, outputs, nodes, cache.target())
+    with WATCH(entry, nodes, cache.target()) if WATCH is not None else _UNWATCHED:
+        t0 = time.perf_counter()
+        outputs = entry.run(leaves, scalars, device)
+        if on_gpu:
+            cuda_runtime.synchronize()
+        counters.add("run_seconds", time.perf_counter() - t0)
+        counters.add("schedules")
+        if capture.CURRENT is not None and capture.current() is not None:  # (needle.jit records the call it captures)
+            capture.current().schedule(entry, leaves, scalars, device, outputs, nodes, cache.target())
     for node, array in zip(nodes, outputs):
         node.become_buffer(array)
