@@ -8,8 +8,13 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True)
 class Target:
-    """`name`: "cpu" or "cuda".  `vector_bytes`: SIMD register width the matmul
-    tiles are shaped for (64 AVX-512, 32 AVX2, 16 SSE; 0 on CUDA).  `threads`: CPU
+    """`name`: "cpu" or "cuda", a label (code asks for capabilities, never for the
+    name).  `grid`: kernels run as a grid of GPU thread blocks, which the CUDA
+    lowering maps work onto itself (reductions split over blocks, no loop-nest
+    passes: register tiles, split reductions, conv windows read in place); else as
+    loop nests whose outer loop is split across `threads`.  `vector_bytes`: SIMD
+    register width the matmul tiles are shaped for (64 AVX-512, 32 AVX2, 16 SSE; 0 on
+    CUDA).  `threads`: CPU
     threads a kernel may use.  `bounds_check`: generated code checks every index
     (NEEDLE_BOUNDS_CHECK).  `cpu`, `features`: the LLVM CPU name and feature string
     the JIT compiles for (empty on CUDA).  `unroll_min_work`: kernels touching fewer
@@ -24,6 +29,12 @@ class Target:
     cpu: str = ""
     features: str = ""
     unroll_min_work: int = 0
+    grid: bool = False
+
+    @property
+    def loop_nests(self) -> bool:
+        """Kernels are loop nests (a CPU): the passes that shape loops apply."""
+        return not self.grid
 
     def with_vector_bytes(self, vector_bytes: int) -> "Target":
         """The same CPU limited to `vector_bytes`-wide SIMD: AVX-512 features turned
@@ -37,4 +48,4 @@ class Target:
         """Whether code for this target executes on `host` (no feature it lacks)."""
         have = {f[1:] for f in host.features.split(",") if f.startswith("+")}
         need = {f[1:] for f in self.features.split(",") if f.startswith("+")}
-        return self.name == host.name and need <= have
+        return self.grid == host.grid and need <= have

@@ -82,7 +82,7 @@ def lower(make_lowering, new_scratch, target, packed: dict) -> list:
     low = make_lowering()
     m = low.group.matmul
     depth = m.srcs[0].shape[-1]
-    if m.dtype not in ("float32", "float64") or target.name != "cpu":
+    if m.dtype not in ("float32", "float64") or not target.loop_nests:
         return [naive(low)]
     # by the total work: a stack of small matrices (attention's heads) tiles well too
     small = math.prod(m.shape) * depth < SMALL

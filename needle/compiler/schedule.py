@@ -112,9 +112,9 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
     signature = signature or structure(outputs)
     leaves, leaf_ids, scalars, scalar_ids = (signature.leaves, signature.leaf_ids, signature.scalars,
                                              signature.scalar_ids)
-    read_windows = target.name == "cpu"  # the CPU's matmuls read a conv's windows in place
+    read_windows = target.loop_nests  # a loop nest's matmul reads a conv's windows in place
     graph = merge_matmul_sums(outputs)
-    if target.name == "cpu":  # (the CUDA lowering splits its reductions over blocks itself)
+    if target.loop_nests:  # (the CUDA lowering splits its reductions over blocks itself)
         graph = split_reductions(graph, target.threads)
     fused = fuse(merge_common(fold_views(graph, read_windows)), read_windows)
     slot_of_node = {}
@@ -156,10 +156,10 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
 def _lower(g, fused: FusedGraph, slot_of, param_slot, new_scratch, target: Target, packed: dict) -> list:
     """The calls of one group (a matmul may need packing kernels first)."""
     def make():
-        cpu = target.name == "cpu"
-        return Lowering(g, fused.stored, slot_of, param_slot, tile_transposes=cpu,
-                        lanes=target.vector_bytes // 4 if cpu else 0)
-    if target.name == "cuda":
+        loops = target.loop_nests
+        return Lowering(g, fused.stored, slot_of, param_slot, tile_transposes=loops,
+                        lanes=target.vector_bytes // 4 if loops else 0)
+    if target.grid:
         from . import cuda_lowering
         return [_call(k, target) for k in cuda_lowering.lower(g, make, new_scratch)]
     if g.kind == "matmul":

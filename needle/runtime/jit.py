@@ -93,11 +93,12 @@ def _machine(target: Target) -> dict:
 
 def level_for(kernel) -> str:
     """The optimization level of a kernel (llvm_compile.LEVELS): config.OPT_LEVEL,
-    or "O2-nounroll" for kernels touching fewer than config.UNROLL_MIN_WORK
-    elements, whose run time is mostly launch overhead (unrolling their loops costs
-    compile time and buys little), unless an innermost loop runs a few constant trips
-    (a reduction over short rows), which unrolling speeds up severalfold."""
-    if kernel.work >= config.UNROLL_MIN_WORK or kernel.has_short_loop():
+    or "O2-nounroll" for kernels the compiler did not mark hot (fewer elements than
+    the target's unroll_min_work: their run time is mostly launch overhead, and
+    unrolling their loops costs compile time and buys little), unless an innermost
+    loop runs a few constant trips (a reduction over short rows), which unrolling
+    speeds up severalfold."""
+    if kernel.hot or kernel.has_short_loop():
         return config.OPT_LEVEL
     return "O2-nounroll"
 

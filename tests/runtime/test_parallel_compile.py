@@ -75,8 +75,8 @@ def test_worker_object_code_is_the_in_process_object_code(cold):
 
 
 class FakeKernel:
-    def __init__(self, name, work):
-        self.name, self.work = name, work
+    def __init__(self, name, work, hot=True):
+        self.name, self.work, self.hot = name, work, hot  # (hot: the compiler's mark, from the target)
 
     def text(self):
         return f"kernel {self.name} work {self.work}"
@@ -100,13 +100,14 @@ class BrokenRenderer:
 
 
 def test_opt_level_is_part_of_the_cache_key(monkeypatch):
+    """A kernel the compiler did not mark hot (fewer elements than the target's
+    unroll_min_work) compiles at "O2-nounroll"; the level is part of the key."""
     target = schedule_cache.cpu_target()
-    small, big = FakeKernel("E_small", 100), FakeKernel("E_big", 1 << 20)
-    monkeypatch.setattr(config, "UNROLL_MIN_WORK", 1 << 14)
+    small, big = FakeKernel("E_small", 100, hot=False), FakeKernel("E_big", 1 << 20)
     monkeypatch.setattr(config, "OPT_LEVEL", "O2")
     assert jit.level_for(small) == "O2-nounroll" and jit.level_for(big) == "O2"
     keys = {jit.kernel_key(small, target, BrokenRenderer), jit.kernel_key(big, target, BrokenRenderer)}
-    monkeypatch.setattr(config, "UNROLL_MIN_WORK", 0)
+    small.hot = True  # (planned for a target whose unroll_min_work is below its work)
     assert jit.level_for(small) == "O2"
     keys.add(jit.kernel_key(small, target, BrokenRenderer))
     monkeypatch.setattr(config, "OPT_LEVEL", "O3")
