@@ -23,6 +23,8 @@ from .ndarray import NDArray
 class Device(DeviceIdentity):
     """Base class of the devices: identity, creation helpers shared by all."""
 
+    on_host = False  # whether storage is host memory, which may be kept between steps
+
     # creation helpers of the course framework; randomness comes from numpy's global RNG
     def randn(self, *shape, dtype="float32") -> NDArray:
         return NDArray(np.random.randn(*shape), device=self, dtype=dtype)
@@ -56,6 +58,8 @@ class HostDevice(CourseKernels, Device):
     """Storage in host memory as a flat numpy array; ops run numpy.  The course's
     handle-level functions (`compact`, `ewise_add`, `matmul_tiled`, ...) come from
     CourseKernels."""
+
+    on_host = True  # storage is host memory (a NumPy array)
 
     # ---- storage ----------------------------------------------------------------------
     def alloc(self, size: int, dtype: str):

@@ -19,7 +19,7 @@ from .. import config
 from ..compiler.schedule import structure
 from ..ir import build
 from ..runtime import counters
-from . import capture, schedule_cache
+from . import backends, capture, schedule_cache
 
 #: (op, operands' layouts and aliasing, target) -> (structure key, operand of each
 #: leaf slot, whether it takes the scalar); bounded: cleared when it grows past this
@@ -31,9 +31,10 @@ def _run(op_key, build_node, *arrays, scalar=None):
     """`build_node(*leaf_nodes)` computed on `arrays`; the NDArray result.  `op_key`
     names the op and every static argument; `scalar` is the run-time scalar, if any."""
     device = arrays[0].device
-    fast = device.name == "cpu" and not config.DEBUG and _unobserved()
+    backend = backends.of(device)
+    fast = backend.eager_shortcut and not config.DEBUG and _unobserved()
     if fast:
-        cache = schedule_cache.CACHES["cpu"]
+        cache = schedule_cache.CACHES[backend.name]
         target = cache.target()
         key = (op_key, tuple([(a._shape, a._strides, a._dtype) for a in arrays]),
                tuple([a is b for a in arrays for b in arrays]), target)
@@ -58,7 +59,7 @@ def _run(op_key, build_node, *arrays, scalar=None):
 
 def _unobserved() -> bool:
     """No profile, capture or needle.viz watches the schedules (they see graphs, not the shortcut)."""
-    return (capture.CURRENT is None and schedule_cache.CACHES["cpu"].observer is None
+    return (capture.CURRENT is None and schedule_cache.CACHES[backends.CPU.name].observer is None
             and schedule_cache.WATCH is None)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..ir import reference
 from ..runtime import counters
-from . import schedule_cache
+from . import backends, schedule_cache
 
 
 class _Later(threading.local):
@@ -100,7 +100,7 @@ def realize_nodes(nodes) -> None:
 
 
 def _realize_on(device, nodes) -> None:
-    if device.name in ("cpu", "cuda"):
+    if backends.of(device) is not None:
         schedule_cache.realize(nodes)
     else:
         _interpret(nodes)

@@ -1,33 +1,32 @@
 """The schedule cache and the realize loop of the compiled devices.
 
 A graph's structure (`compiler.schedule.structure`) and the target key a
-compiled schedule.  On a miss the compiler plans the graph for the target, the
-code generator renders each kernel (LLVM IR for cpu(), CUDA C for cuda()) and
-the runtime compiles and loads it.  `realize` then binds the graph's data, runs
+compiled schedule.  On a miss the compiler plans the graph for the target, and the
+device's Backend (engine/backends.py) renders each kernel (LLVM IR for cpu(),
+CUDA C for cuda()) and compiles and loads it.  `realize` then binds the graph's data, runs
 the schedule and turns the requested nodes into buffers.
 """
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import replace
 
 from .. import config
-from ..codegen import cuda as cuda_codegen, llvm as llvm_codegen
 from ..compiler import schedule as scheduling
-from ..runtime import counters, cpu, cuda as cuda_runtime, jit
+from ..runtime import counters, cuda as cuda_runtime
 from ..runtime.lru import LRUCache
 from ..target import Target
-from . import capture, describe
+from . import backends, capture, describe
 
 
 class ScheduleCache:
-    """Compiled schedules of one device, least recently used out first past
+    """Compiled schedules of one backend, least recently used out first past
     `config.SCHEDULE_CACHE_SIZE` entries or `SCHEDULE_CACHE_BYTES` (each entry's
     `nbytes` estimate); `target()` says what the code is made for now."""
 
-    def __init__(self, target):
-        self.target = target
+    def __init__(self, backend):
+        self.backend = backend
+        self.target = backend.target
         self.entries = LRUCache("schedule", lambda: (config.SCHEDULE_CACHE_SIZE, config.SCHEDULE_CACHE_BYTES),
                                 lambda entry: getattr(entry, "nbytes", 0))
         #: while a profile watches this device: `observer(lookup, nodes)` calls `lookup(nodes)`
@@ -56,8 +55,8 @@ class ScheduleCache:
             for c in schedule.calls:
                 print(c.kernel.text())
                 if config.DEBUG >= 4:
-                    print(kernel_code(c.kernel, target))
-        entry = compile_schedule(schedule, target)
+                    print(self.backend.code(c.kernel, target))
+        entry = compile_schedule(schedule, target, self.backend)
         self.entries.put(key, entry)
         return entry, signature.leaves, signature.scalars
 
@@ -65,49 +64,27 @@ class ScheduleCache:
         self.entries.clear()
 
 
-_cpu_targets = {}
-
-
 def cpu_target() -> Target:
-    """The host CPU with the current thread count, bounds checking and least work of
-    a kernel worth its compile time."""
-    settings = (config.THREADS, config.BOUNDS_CHECK, config.UNROLL_MIN_WORK)
-    target = _cpu_targets.get(settings)
-    if target is None:
-        host = jit.host_target(config.THREADS, config.BOUNDS_CHECK)
-        target = _cpu_targets[settings] = replace(host, unroll_min_work=config.UNROLL_MIN_WORK)
-    return target
-
-
-_CUDA_TARGETS = {flag: Target("cuda", 0, bounds_check=flag, grid=True) for flag in (False, True)}
+    return backends.CPU.target()
 
 
 def cuda_target() -> Target:
-    return _CUDA_TARGETS[bool(config.BOUNDS_CHECK)]
+    return backends.CUDA.target()
 
 
-def target_for(device_name: str) -> Target:
-    return cuda_target() if device_name == "cuda" else cpu_target()
+def target_for(stage_or_device: str) -> Target:
+    """The target of the backend named so ("cuda": a `cuda` dump; anything else the CPU)."""
+    return (backends.CUDA if stage_or_device == "cuda" else backends.CPU).target()
 
 
-def _compile_cpu(schedule, target: Target):
-    kernels = jit.compile_kernels([c.kernel for c in schedule.calls], target, llvm_codegen)
-    return cpu.CompiledSchedule(schedule, kernels, target.threads, target.bounds_check)
+def _backend_for(target: Target):
+    return backends.CUDA if target.grid else backends.CPU
 
 
-def _compile_cuda(schedule, target: Target):
-    kernels = [c.kernel for c in schedule.calls]
-    names = [f"k{i}_{k.name}" for i, k in enumerate(kernels)]
-    source = cuda_codegen.render_module(kernels, names, bounds_check=target.bounds_check)
-    if config.DEBUG >= 4:
-        print(source)
-    return cuda_runtime.CompiledSchedule(schedule, source, names, target.bounds_check)
-
-
-def compile_schedule(schedule, target: Target):
-    """The device's CompiledSchedule of `schedule` on `target` (kernels rendered,
+def compile_schedule(schedule, target: Target, backend=None):
+    """The backend's CompiledSchedule of `schedule` on `target` (kernels rendered,
     compiled and loaded; their statement trees released, see Kernel.release_body)."""
-    compiled = (_compile_cuda if target.name == "cuda" else _compile_cpu)(schedule, target)
+    compiled = (backend or _backend_for(target)).compile(schedule, target)
     for call in schedule.calls:
         call.kernel.release_body()
     return compiled
@@ -115,12 +92,10 @@ def compile_schedule(schedule, target: Target):
 
 def kernel_code(kernel, target: Target, optimized: bool = False) -> str:
     """The code a kernel becomes on `target`: LLVM IR (before or after O3) or CUDA C."""
-    if target.name == "cuda":
-        return cuda_codegen.render_module([kernel], bounds_check=target.bounds_check)
-    return jit.llvm_ir(kernel, target, llvm_codegen, optimized)
+    return _backend_for(target).code(kernel, target, optimized)
 
 
-CACHES = {"cpu": ScheduleCache(cpu_target), "cuda": ScheduleCache(cuda_target)}
+CACHES = {b.name: ScheduleCache(b) for b in (backends.CPU, backends.CUDA)}
 cuda_runtime.at_shutdown(CACHES["cuda"].clear)  # its entries hold device memory
 
 #: needle.viz's one hook in the engine, set only while it records (NEEDLE_VIZ=1, `python -m
@@ -133,7 +108,7 @@ _UNWATCHED = contextlib.nullcontext()
 
 def compiled_schedule(nodes):
     """(CompiledSchedule, leaves, scalars) for the graph of `nodes` (all on one device)."""
-    return CACHES[nodes[0].device.name].get(nodes)
+    return CACHES[backends.of(nodes[0].device).name].get(nodes)
 
 
 def clear() -> None:
@@ -147,18 +122,16 @@ def realize(nodes) -> None:
     cuda() it waits for the GPU, so run_seconds and callers' timings count the
     work, not the launches."""
     device = nodes[0].device
-    on_gpu = device.name == "cuda"
-    if on_gpu:
-        cuda_runtime.require()
-    cache = CACHES[device.name]
+    backend = backends.of(device)
+    backend.start()
+    cache = CACHES[backend.name]
     entry, leaves, scalars = cache.get(nodes)
     if config.DEBUG >= 1:
         print(describe.schedule_summary(entry.schedule))
     with WATCH(entry, nodes, cache.target()) if WATCH is not None else _UNWATCHED:
         t0 = time.perf_counter()
         outputs = entry.run(leaves, scalars, device)
-        if on_gpu:
-            cuda_runtime.synchronize()
+        backend.finish()
         counters.add("run_seconds", time.perf_counter() - t0)
         counters.add("schedules")
         if capture.CURRENT is not None and capture.current() is not None:  # (needle.jit records the call it captures)

@@ -208,7 +208,7 @@ _RAMPS = {}
 def _ramp(n: int, dtype, like):
     """0, 1, ..., n - 1 of `dtype` in `like`'s array type.  The NDArray is made once per
     (n, dtype, device) and read by every step's graph (a graph never writes a leaf)."""
-    if A._np(like) or like.device.name == "cuda":  # (device memory is not held past a step)
+    if A._np(like) or not like.device.on_host:  # (device memory is not held past a step)
         return host_array(np.arange(n, dtype=np_dtype(dtype)), like)
     key = (n, str(dtype), like.device)
     array = _RAMPS.get(key)
