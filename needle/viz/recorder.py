@@ -126,6 +126,7 @@ class Recorder:
         self.program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
         self.created = time.time()
         self.failures = 0
+        self.active = True  # (replay callbacks outlive the recording: they stop counting with it)
 
     @staticmethod
     def _compiler_seconds() -> tuple:
@@ -170,7 +171,7 @@ class Recorder:
             if item is None:
                 item = self.steps[step] = self._new_item("step", _step_title(frame), _here(frame))
                 item.count = 1
-                capture.on_replay(self._replay_started(item))  # (before the capture's first run)
+                capture.on_replay(_callback(self, "_replay_started", item))  # (before the capture's first run)
             item.shots.append(self._shot(entry, nodes, target))
             item.entries.append(weakref.ref(entry))
         else:
@@ -222,7 +223,7 @@ class Recorder:
         """After a run: its times (if profiled) into the item's timeline; during a
         capture, a callback that marks the end of this run in each replay."""
         if step is not None:
-            capture.on_replay(self._replay_ran(item, len(item.shots) - 1))
+            capture.on_replay(_callback(self, "_replay_ran", item, len(item.shots) - 1))
         if window is None:
             return
         launches = self._close(window)
@@ -247,41 +248,37 @@ class Recorder:
             "the capture (traced: its Python is slower than a replay's)"
         item.timeline = _timeline(what, segments)
 
-    def _replay_started(self, item):
-        def started():
-            now = time.perf_counter()
-            with self.lock:
-                item.count += 1
-                item.last = time.time()
-                self._keep(item)
-                if item.count == PROFILED_STEP_CALL and self.window is None and self._open(item) is not None:
-                    item.building = [_segment("host", "Python (between steps)", 0.0, now - self.last_end)]
-                    self.window.replay_start = now
-                    self.window.host = now - self.last_end
-        return started
+    def _replay_started(self, item) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            item.count += 1
+            item.last = time.time()
+            self._keep(item)
+            if item.count == PROFILED_STEP_CALL and self.window is None and self._open(item) is not None:
+                item.building = [_segment("host", "Python (between steps)", 0.0, now - self.last_end)]
+                self.window.replay_start = now
+                self.window.host = now - self.last_end
 
-    def _replay_ran(self, item, run: int):
-        def ran():
-            now = time.perf_counter()
-            with self.lock:
-                self.last_end = now
-                window = self.window
-                if window is None or window.item is not item or run != len(item.shots) - 1:
-                    return
-                launches = self._close(window)
-                segments, base = item.building, window.host - window.replay_start
-                segments.append(_segment("schedule", "replay (binding, launches)", window.host,
-                                         now - window.replay_start))
-                calls = [(s, i) for s, shot in enumerate(item.shots) for i in range(len(shot.data["kernels"]))]
-                for (name, start, seconds), (s, i) in zip(launches, calls):
-                    segments.append(_segment("kernels", name, base + start, seconds, s, i))
-                item.timeline = _timeline(f"replay {item.count - 1}", segments)
-        return ran
+    def _replay_ran(self, item, run: int) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            self.last_end = now
+            window = self.window
+            if window is None or window.item is not item or run != len(item.shots) - 1:
+                return
+            launches = self._close(window)
+            segments, base = item.building, window.host - window.replay_start
+            segments.append(_segment("schedule", "replay (binding, launches)", window.host, now - window.replay_start))
+            calls = [(s, i) for s, shot in enumerate(item.shots) for i in range(len(shot.data["kernels"]))]
+            for (name, start, seconds), (s, i) in zip(launches, calls):
+                segments.append(_segment("kernels", name, base + start, seconds, s, i))
+            item.timeline = _timeline(f"replay {item.count - 1}", segments)
 
     # ---- results ------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close a profile left open (a replay that raised midway)."""
+        """Stop recording: close a profile left open (a replay that raised midway)."""
         with self.lock:
+            self.active = False
             if self.window is not None:
                 self._close(self.window)
 
@@ -301,6 +298,18 @@ class Recorder:
                     "limit": self.limit, "items": [item.data(ids) for item in items],
                     "shots": {sid: (shot.fill_code(memo) if fill_code else shot.data) for sid, shot in shots.items()}}
         return Recording(data, shots)
+
+
+def _callback(recorder, method: str, item, *args):
+    """A replay callback running `recorder.method(item, *args)` while the recording is on
+    and both live (the callback lives as long as the capture; the recording need not)."""
+    recorder_ref, item_ref = weakref.ref(recorder), weakref.ref(item)
+
+    def callback():
+        recorder, item = recorder_ref(), item_ref()
+        if recorder is not None and item is not None and recorder.active:
+            getattr(recorder, method)(item, *args)
+    return callback
 
 
 def _timeline(what, segments) -> dict:

@@ -5,9 +5,10 @@ Tensors holding its outputs (autograd), the IR graph, the graph after view foldi
 the fused groups and the kernels.  The text of each stage is what `needle.ir.dump`
 prints (the same functions make it) and the pictures are `needle.ir.draw`'s and
 `autograd_graph.dot_text`'s DOT, dressed here: nodes filled with their kernel's
-colour and each fusion boundary (an edge out of a stored node into another kernel)
-labelled with the reason fusion recorded for storing it.  Past `MAX_NODES` IR nodes
-a stage is drawn one box per kernel, as the autograd picture draws one box per module.
+colour, each fusion boundary (an edge out of a stored node into another kernel) drawn
+in red, and the stored node labelled with the reason fusion recorded for storing it.
+Past `MAX_NODES` IR nodes a stage is drawn one box per kernel, as the autograd
+picture draws one box per module.
 
 Kernels' LLVM IR (or CUDA C) is rendered on demand: rendering a ResNet9 step's 187
 kernels takes seconds, so the kernels are kept pickled (their statement trees would
@@ -90,7 +91,7 @@ class Shot:
                 groups[k]["calls"].append(i)
         self.data = {
             "target": target.name,
-            "code_language": "cuda" if target.name == "cuda" else "llvm",
+            "code_language": "cuda" if target.grid else "llvm",
             "groups": groups,
             "kernels": [self._kernel(i, c) for i, c in enumerate(schedule.calls)],
             "stages": {
@@ -187,23 +188,42 @@ def _stage(text, dot, nodes, collapsed, count, full=None) -> dict:
     return {"text": text, "dot": dot, "full": full, "nodes": nodes, "collapsed": collapsed, "count": count}
 
 
-def _graph_stage(outputs, by_origin, groups) -> dict:
+def _ir_stage(name, outputs, text, kernels_of, reason_of, groups, fused=None) -> dict:
+    """A stage of the IR graph behind `outputs`: `kernels_of(node)` the groups computing
+    it, `reason_of(node)` what its table says of it; `fused`: draw each kernel as a
+    cluster and mark the boundaries (this is the fused stage)."""
     order = toposort(outputs)
     num = printer.numbering(order)
-    group = {id(n): by_origin.get(id(n.origin)) for n in order if type(n.origin) is not str}
-    table = {f"n{num[id(n)]}": _ir_node(n, [] if group.get(id(n)) is None else [group[id(n)]]) for n in order}
-    text = printer.graph_text(outputs)
+    of = {id(n): ks for n in order if (ks := kernels_of(n))}
+    table = {f"n{num[id(n)]}": _ir_node(n, of.get(id(n), []), reason_of(n)) for n in order}
+    big = len(order) > MAX_NODES
     full = None
     if len(order) <= FULL_LIMIT:
-        fills = {f"n{num[id(n)]}": colour(group[id(n)]) for n in order if group.get(id(n)) is not None}
-        full = _dress(draw.dot_text(order, num, outputs), fills, {})
-    if len(order) <= MAX_NODES:
+        # clusters for the fused stage, and for large pictures (Graphviz lays out a large
+        # graph in clusters in seconds, and without them in minutes)
+        clusters = None
+        if fused is not None or big:
+            clusters = {f"kernel {k}: {g['name']}": set() for k, g in enumerate(groups)}
+            for n in order:
+                if id(n) in of and n.op not in LOAD:
+                    clusters[f"kernel {of[id(n)][0]}: {groups[of[id(n)][0]]['name']}"].add(id(n))
+        fills = {f"n{num[id(n)]}": colour(ks[0]) for n in order if (ks := of.get(id(n)))}
+        notes, edges = _boundaries(order, num, of, fused) if fused is not None else ({}, {})
+        full = _dress(draw.dot_text(order, num, outputs, clusters), fills, notes, edges)
+    if not big:
         return _stage(text, full, table, False, len(order))
-    placed = _place_all(order, {id(n): k for n in order if (k := group.get(id(n))) is not None})
-    return _stage(text, _collapsed_dot(order, placed, groups, "graph"), table, True, len(order), full)
+    placed = _place_all(order, {i: ks[0] for i, ks in of.items()})
+    return _stage(text, _collapsed_dot(order, placed, groups, name), table, True, len(order), full)
 
 
-def _first_groups(order, members) -> dict:
+def _graph_stage(outputs, by_origin, groups) -> dict:
+    def kernels_of(n):
+        k = by_origin.get(id(n.origin)) if type(n.origin) is not str else None
+        return [] if k is None else [k]
+    return _ir_stage("graph", outputs, printer.graph_text(outputs), kernels_of, lambda n: "", groups)
+
+
+def _first_groups(members) -> dict:
     """id(folded node) -> every group computing it, in kernel order (a node recomputed
     by several kernels is drawn in the first)."""
     out = {}
@@ -215,48 +235,30 @@ def _first_groups(order, members) -> dict:
 
 
 def _folded_stage(fused, members, groups) -> dict:
-    outputs = fused.folded.outputs
-    order = toposort(outputs)
-    num = printer.numbering(order)
-    of = _first_groups(order, members)
-    table = {f"n{num[id(n)]}": _ir_node(n, of.get(id(n), []), fused.folded.reasons.get(id(n), "")) for n in order}
-    text = printer.graph_text(outputs)
-    fills = {f"n{num[id(n)]}": colour(of[id(n)][0]) for n in order if id(n) in of}
-    full = _dress(draw.dot_text(order, num, outputs), fills, {}) if len(order) <= FULL_LIMIT else None
-    if len(order) <= MAX_NODES:
-        return _stage(text, full, table, False, len(order))
-    placed = _place_all(order, {i: ks[0] for i, ks in of.items()})
-    return _stage(text, _collapsed_dot(order, placed, groups, "folded"), table, True, len(order), full)
+    of = _first_groups(members)
+    reasons = fused.folded.reasons
+    return _ir_stage("folded", fused.folded.outputs, printer.graph_text(fused.folded.outputs),
+                     lambda n: of.get(id(n), []), lambda n: reasons.get(id(n), ""), groups)
 
 
 def _fused_stage(fused, members, groups) -> dict:
-    outputs = fused.folded.outputs
-    order = toposort(outputs)
-    num = printer.numbering(order)
-    of = _first_groups(order, members)
-    table = {}
-    for n in order:
+    of = _first_groups(members)
+
+    def reason_of(n):
         reason = fused.reasons.get(id(n), "")
         if id(n) in fused.stored and n.op not in LOAD:
-            reason = f"stored: {reason}" if reason else "stored"
-        table[f"n{num[id(n)]}"] = _ir_node(n, of.get(id(n), []), reason)
-    text = stages.fused_text(fused)
-    full = None
-    if len(order) <= FULL_LIMIT:
-        clusters = {f"kernel {k}: {g.name}": {id(n) for n in ms if n.op not in LOAD}
-                    for k, (g, ms) in enumerate(members)}
-        fills = {f"n{num[id(n)]}": colour(of[id(n)][0]) for n in order if id(n) in of}
-        full = _dress(draw.dot_text(order, num, outputs, clusters), fills, _boundaries(order, num, of, fused))
-    if len(order) <= MAX_NODES:
-        return _stage(text, full, table, False, len(order))
-    placed = _place_all(order, {i: ks[0] for i, ks in of.items()})
-    return _stage(text, _collapsed_dot(order, placed, groups, "fused"), table, True, len(order), full)
+            return f"stored: {reason}" if reason else "stored"
+        return reason
+    return _ir_stage("fused", fused.folded.outputs, stages.fused_text(fused), lambda n: of.get(id(n), []),
+                     reason_of, groups, fused)
 
 
-def _boundaries(order, num, of, fused) -> dict:
-    """(source id, reader id) -> (label, tooltip) for each edge out of a stored node into
-    another kernel: the first such edge of a node is labelled with its reason."""
-    out, labelled = {}, set()
+def _boundaries(order, num, of, fused) -> tuple:
+    """The fusion boundaries: ({node id: "stored: reason"} for each stored node another
+    kernel reads, {(source id, reader id): reason} for each edge crossing into another
+    kernel).  (Reasons go in node labels, not on edges: Graphviz lays out labelled
+    edges many times slower.)"""
+    notes, edges = {}, {}
     for n in order:
         here = of.get(id(n), [None])[0]
         for s in n.srcs:
@@ -264,41 +266,33 @@ def _boundaries(order, num, of, fused) -> dict:
             if s.op in LOAD or there is None or here is None or there == here or id(s) not in fused.stored:
                 continue
             reason = fused.reasons.get(id(s), "") or "stored"
-            first = id(s) not in labelled
-            labelled.add(id(s))
-            out[(f"n{num[id(s)]}", f"n{num[id(n)]}")] = (_short(reason) if first else "", reason)
-    return out
+            notes[f"n{num[id(s)]}"] = _stored(reason)
+            edges[(f"n{num[id(s)]}", f"n{num[id(n)]}")] = reason
+    return notes, edges
 
 
 def _kernels_stage(schedule, fused, group_of_call, groups) -> dict:
     """The kernels in launch order, an edge from the kernel writing a buffer to each
-    kernel reading it, labelled with why the writer's result is stored."""
-    lines = ["digraph kernels {", "  rankdir=TB;",
-             '  node [shape=box, style="filled,rounded", fontname="Helvetica", fontsize=10];']
-    writer, table = {}, {}
+    kernel reading it; a kernel whose result another group reads says why it is stored."""
+    boxes, edges, writer, table = [], {}, {}, {}
     for i, call in enumerate(schedule.calls):
         k = group_of_call[i]
-        info = groups[k] if k is not None else None
-        ops = "+".join(info["ops"][:3]) + ("+..." if info and len(info["ops"]) > 3 else "") if info else ""
-        label = f"{i}: {call.kernel.name}" + (f"\n{ops}" if ops else "")
         writes = {s for s, b in zip(call.slots, call.kernel.bufs) if b.role == "out"}
-        out = any(schedule.slot_kinds.get(s, ("",))[0] == "out" for s in writes)
-        lines.append(f"  k{i} [label={draw.quote(label)}, fillcolor={draw.quote(colour(k))}"
-                     + (", peripheries=2" if out else "") + "];")
         for s, b in zip(call.slots, call.kernel.bufs):
-            if b.role == "in" and s in writer and writer[s] != i:
-                j = writer[s]
-                kj = group_of_call[j]
-                reason = groups[kj]["reason"] if kj is not None and kj != k else ""
-                attrs = f" [label={draw.quote(_short(reason))}, tooltip={draw.quote(reason)}, fontsize=9]" \
-                    if reason else ""
-                lines.append(f"  k{j} -> k{i}{attrs};")
+            j = writer.get(s)
+            if b.role == "in" and j is not None and j != i:
+                crossing = group_of_call[j] is not None and group_of_call[j] != k
+                edges[(f"k{j}", f"k{i}")] = groups[group_of_call[j]]["reason"] if crossing else ""
         for s in writes:
             writer[s] = i
+        output = any(schedule.slot_kinds.get(s, ("",))[0] == "out" for s in writes)
+        boxes.append((f"k{i}", f"{i}: {call.kernel.name}", k, output))
         table[f"k{i}"] = {"kernel": i, "kernels": [k] if k is not None else []}
-    lines.append("}")
+    read_elsewhere = {a for (a, _), reason in edges.items() if reason}
+    dot = _box_dot("kernels", [(node, title, k, output, node in read_elsewhere) for node, title, k, output in boxes],
+                   groups, edges)
     text = "\n\n".join(stages._kernel_text(c) for c in schedule.calls)
-    return _stage(text, "\n".join(lines) + "\n", table, False, len(schedule.calls))
+    return _stage(text, dot, table, False, len(schedule.calls))
 
 
 # ---- the autograd stage ----------------------------------------------------------------------------
@@ -319,7 +313,7 @@ def _autograd_stage(tensors, by_origin) -> dict:
                                 "kernels": [] if k is None else [k]}
         if k is not None and n.kind == "op":
             fills[f"t{n.index}"] = colour(k)
-    dot = _dress(autograd_graph.dot_text(graph, MAX_TENSORS), fills, {})
+    dot = _dress(autograd_graph.dot_text(graph, MAX_TENSORS), fills, {}, {})
     collapsed = len(graph.nodes) > MAX_TENSORS
     return _stage(autograd_graph.text(graph), dot, table, collapsed, len(graph.nodes))
 
@@ -329,23 +323,58 @@ def _short(reason: str, width: int = 44) -> str:
     return reason if len(reason) <= width else reason[:width - 3] + "..."
 
 
-def _dress(dot: str, fills: dict, edges: dict) -> str:
+def _stored(reason: str) -> str:
+    """A boundary's label line: `stored: <why>`, short."""
+    return _short(reason if reason.startswith("stored") else f"stored: {reason}")
+
+
+#: Graphviz settings for speed: fewer rounds of crossing minimization and network simplex
+#: (ResNet9's step: 9 s -> 1 s for its kernel graph, about as readable)
+_FAST = "  mclimit=0.3; nslimit=2; nslimit1=2;"
+_LABEL = re.compile(r'^(\s+)(\w+) \[label="((?:[^"\\]|\\.)*)"')
+
+
+def _dress(dot: str, fills: dict, notes: dict, edges: dict) -> str:
     """`dot` (as needle.ir.draw and autograd_graph write it) with nodes refilled
-    (`fills`: DOT id -> colour) and the edges in `edges` ((from, to) -> (label,
-    tooltip)) drawn as kernel boundaries."""
+    (`fills`: DOT id -> colour), a line added to labels (`notes`: DOT id -> text) and
+    the edges in `edges` ((from, to) -> tooltip) drawn as kernel boundaries."""
     lines = dot.rstrip("\n").split("\n")
     assert lines[-1] == "}", "a DOT graph ends with its closing brace"
-    out = []
-    for line in lines[:-1]:
+    out = lines[:1] + [_FAST]
+    for line in lines[1:-1]:
         m = _EDGE.match(line)
-        note = edges.get((m.group(1), m.group(2))) if m else None
-        if note is not None:
-            label, tip = note
-            line = (f"  {m.group(1)} -> {m.group(2)} [color=\"#cc0000\", fontcolor=\"#cc0000\", fontsize=9, "
-                    f"tooltip={draw.quote(tip)}" + (f", label={draw.quote(label)}" if label else "") + "];")
+        if m and (m.group(1), m.group(2)) in edges:
+            line = f"  {m.group(1)} -> {m.group(2)} [{_BOUNDARY}, tooltip={draw.quote(edges[m.group(1), m.group(2)])}];"
+        m = _LABEL.match(line)
+        if m and m.group(2) in notes:
+            line = line[:m.end(3)] + draw.quote("\n" + notes[m.group(2)])[1:-1] + line[m.end(3):]
         out.append(line)
     out += [f"  {node} [fillcolor={draw.quote(c)}];" for node, c in fills.items()]
     return "\n".join(out + ["}"]) + "\n"
+
+
+_BOUNDARY = 'color="#cc0000", penwidth=1.5'
+
+
+def _box_dot(name, boxes, groups, edges) -> str:
+    """DOT of one box per kernel or group: `boxes` [(DOT id, title, group, whether it
+    holds an output, whether another group reads it)], `edges` {(from, to): reason, ''
+    inside a group}."""
+    lines = [f"digraph {draw.quote(name)} {{", "  rankdir=TB;", _FAST,
+             '  node [shape=box, style="filled,rounded", fontname="Helvetica", fontsize=10];']
+    for node, title, k, output, read_elsewhere in boxes:
+        g = groups[k] if k is not None else None
+        label = title
+        if g is not None:
+            label += "\n" + "+".join(g["ops"][:3]) + ("+..." if len(g["ops"]) > 3 else "")
+            if read_elsewhere and g["reason"]:
+                label += "\n" + _stored(g["reason"])
+        lines.append(f"  {node} [label={draw.quote(label)}, fillcolor={draw.quote(colour(k))}"
+                     + (", peripheries=2" if output else "") + "];")
+    for (a, b), reason in edges.items():
+        lines.append(f"  {a} -> {b}" + (f" [{_BOUNDARY}, tooltip={draw.quote(reason)}]" if reason else "") + ";")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 def _place_all(order, placed) -> dict:
@@ -370,29 +399,17 @@ def _place_all(order, placed) -> dict:
 
 
 def _collapsed_dot(order, placed, groups, stage) -> str:
-    """One box per kernel (with how many of this stage's nodes it holds), an edge per
-    pair of kernels one reads the other's result, labelled with why it is stored."""
+    """One box per kernel group (with how many of this stage's nodes it holds), an edge
+    where one reads the other's result."""
     counts = Counter(placed.values())
-    lines = [f"digraph {stage} {{", "  rankdir=TB;",
-             '  node [shape=box, style="filled,rounded", fontname="Helvetica", fontsize=10];']
-    for k in sorted(counts):
-        g = groups[k]
-        ops = "+".join(g["ops"][:3]) + ("+..." if len(g["ops"]) > 3 else "")
-        label = f"kernel {k}: {g['name']}\n{ops}\n{counts[k]} node{'s' if counts[k] != 1 else ''}"
-        lines.append(f"  g{k} [label={draw.quote(label)}, fillcolor={draw.quote(g['color'])}];")
-    seen, labelled = set(), set()
+    edges = {}
     for n in order:
         b = placed.get(id(n))
         for s in n.srcs:
             a = placed.get(id(s))
-            if a is None or b is None or a == b or (a, b) in seen:
-                continue
-            reason = groups[a]["reason"]
-            label = _short(reason) if a not in labelled else ""
-            seen.add((a, b))
-            labelled.add(a)
-            attrs = f" [tooltip={draw.quote(reason)}, fontsize=9" + (f", label={draw.quote(label)}" if label else "") \
-                + "]" if reason else ""
-            lines.append(f"  g{a} -> g{b}{attrs};")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+            if a is not None and b is not None and a != b:
+                edges[(f"g{a}", f"g{b}")] = groups[a]["reason"] or "stored"
+    read_elsewhere = {a for a, _ in edges}
+    boxes = [(f"g{k}", f"kernel {k}: {groups[k]['name']}\n{counts[k]} node{'s' if counts[k] != 1 else ''}", k,
+              False, f"g{k}" in read_elsewhere) for k in sorted(counts)]
+    return _box_dot(stage, boxes, groups, edges)
