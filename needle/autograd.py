@@ -31,6 +31,10 @@ LAZY_MODE = config.LAZY and BACKEND == "nd"
 TENSOR_COUNTER = 0
 #: False inside `no_grad()`: ops then build no graph (their results are constants).
 GRAD_ENABLED = True
+#: The port through which an observer learns of each Tensor an op makes, `MADE(value)`
+#: (the profiler notes the line of an eager Tensor's op, whose data keeps no origin;
+#: profiler/sources.py); None: nothing is paid.
+MADE = None
 
 
 class no_grad(contextlib.ContextDecorator):
@@ -220,6 +224,8 @@ class Value:
         else:
             data = op.compute(*args)
         value = cls.__new__(cls)
+        if MADE is not None:
+            MADE(value)
         if GRAD_ENABLED:
             for x in inputs:
                 if x.requires_grad:

@@ -146,11 +146,14 @@ def test_hooks_are_removed_and_profiles_do_not_nest():
     new_before, make_before = build._new, ndl.autograd.Value.make_from_op.__func__
     with ndl.profile() as p:
         assert cpu.KERNEL_TIMER is not None and schedule_cache.CACHES["cpu"].observer is not None
+        assert build.STAMP is not None and ndl.autograd.MADE is not None  # (ports, not patches)
         with pytest.raises(ndl.errors.NeedleError, match="already active"):
             with ndl.profile():
                 pass
-    assert cpu.KERNEL_TIMER is None and schedule_cache.CACHES["cpu"].observer is None and build._new is new_before
-    assert ndl.autograd.Value.make_from_op.__func__ is make_before
+    assert cpu.KERNEL_TIMER is None and schedule_cache.CACHES["cpu"].observer is None
+    assert build.STAMP is None and ndl.autograd.MADE is None
+    # nothing was ever patched
+    assert build._new is new_before and ndl.autograd.Value.make_from_op.__func__ is make_before
     with pytest.raises(ndl.errors.ArgumentError, match="sort_by"):
         p.table(sort_by="speed")
     assert "0 launches" in repr(p)

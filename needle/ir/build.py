@@ -22,6 +22,12 @@ class _Origin(threading.local):
 
 ORIGIN = _Origin()
 
+#: The port through which an observer labels each new node's origin, `STAMP(name)`
+#: -> the origin to keep (a str equal to `name`): the profiler and needle.viz stamp
+#: the user's source line on it while they watch (profiler/sources.py).  None: nothing
+#: is paid.
+STAMP = None
+
 
 #: the class of the nodes built here: lazy.LazyArray (a Node that answers to NDArray's
 #: methods), which installs itself; its methods are written with these builders
@@ -32,7 +38,8 @@ def _new(op, srcs, arg, shape, dtype, device):
     srcs = tuple(srcs)
     for s in srcs:
         s.consumed = True
-    return NODE_TYPE(op, srcs, arg, tuple(shape), dtype, device, ORIGIN.name)
+    return NODE_TYPE(op, srcs, arg, tuple(shape), dtype, device,
+                     ORIGIN.name if STAMP is None else STAMP(ORIGIN.name))
 
 
 # ---- loads ------------------------------------------------------------------------------------

@@ -1,14 +1,14 @@
 """Where the user wrote each IR node: recorded only while a profile is active.
 
-`install()` swaps `needle.ir.build._new` (the one constructor of lazy nodes) for a
-version that also stamps each node's `origin` with the first stack frame outside
-the needle library (`needle/cli/` counts as user code: it is written with needle's
+`install()` fills two ports: `needle.ir.build.STAMP`, through which the one
+constructor of lazy nodes stamps each node's `origin` with the first stack frame
+outside the needle library (`needle/cli/` counts as user code: it is written with needle's
 public API).  The origin stays a `str` equal to the frontend op's name, so dumps
 and schedule keys are unchanged; `origin.where` holds (file, line).  Nodes built
 while `backward()` differentiates a Tensor are labelled `d<Op>` and carry the
 line of that Tensor's forward op (from its lazy node's origin, or for eager
-Tensors from a weak Tensor -> line table filled by a wrapped `make_from_op`).
-`uninstall()` restores both originals, so nothing is paid when not profiling.
+Tensors from a weak Tensor -> line table filled through `autograd.MADE`).
+`uninstall()` empties both, so nothing is paid when not profiling.
 """
 from __future__ import annotations
 
@@ -82,61 +82,48 @@ _tensor_lines = weakref.WeakKeyDictionary()
 
 
 _CODES = (None, None)
-_original_new = None
-_original_make = None
 #: seconds spent stamping nodes (the profiler leaves them out of the step time)
 SECONDS = 0.0
 
 
-def install() -> None:
-    global _original_new, _CODES
+def _stamp_new(name: str) -> SourcedOrigin:
+    """build.STAMP while installed: a new node's origin with the user's line."""
+    global SECONDS
+    t0 = time.perf_counter()
+    origin = stamp(name)
+    SECONDS += time.perf_counter() - t0
+    return origin
+
+
+def _note_made(value) -> None:
+    """autograd.MADE while installed: the line of the op that made `value` (its node
+    was stamped while the op computed; the eager shortcut stands aside meanwhile)."""
+    if _last.where is not None:
+        _tensor_lines[value] = _last.where
+        _last.where = None
+
+
+def installed() -> bool:
     from ..ir import build
-    if _original_new is not None:
+    return build.STAMP is _stamp_new
+
+
+def install() -> None:
+    global _CODES
+    from .. import autograd
+    from ..ir import build
+    if installed():
         return
     _CODES = _codes()
-    original = _original_new = build._new
-
-    def _new_with_source(op, srcs, arg, shape, dtype, device):
-        global SECONDS
-        node = original(op, srcs, arg, shape, dtype, device)
-        if not isinstance(node.origin, SourcedOrigin):
-            t0 = time.perf_counter()
-            node.origin = stamp(node.origin)
-            SECONDS += time.perf_counter() - t0
-        return node
-
-    build._new = _new_with_source
-    _install_make_from_op()
-
-
-def _install_make_from_op() -> None:
-    """Remember the line of each Tensor an op makes (its kernel's stamp), so that
-    backward() can point eager gradient kernels at the forward op's line."""
-    global _original_make
-    from ..autograd import Value
-    _original_make = Value.__dict__["make_from_op"]
-    make = _original_make.__func__
-
-    def make_from_op(cls, op, inputs):
-        _last.where = None
-        value = make(cls, op, inputs)
-        if _last.where is not None:
-            _tensor_lines[value] = _last.where
-        return value
-
-    Value.make_from_op = classmethod(make_from_op)
+    _last.where = None
+    build.STAMP, autograd.MADE = _stamp_new, _note_made
 
 
 def uninstall() -> None:
-    global _original_new, _original_make
+    from .. import autograd
     from ..ir import build
-    if _original_new is not None:
-        build._new = _original_new
-        _original_new = None
-    if _original_make is not None:
-        from ..autograd import Value
-        Value.make_from_op = _original_make
-        _original_make = None
+    if installed():
+        build.STAMP = autograd.MADE = None
         _tensor_lines.clear()
 
 
@@ -144,7 +131,7 @@ def uninstall() -> None:
 def stamping():
     """Stamp user lines on the nodes and tensors made inside the block (unless a
     profile already does, which then keeps doing so after the block)."""
-    mine = _original_new is None
+    mine = not installed()
     if mine:
         install()
     try:
