@@ -43,7 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def prepare(args):
-    """(Server bound to the port, Recording to show): the work before serving."""
+    """The Server, bound to its port, with the Recording to show: the work before serving."""
+    if args.args and not _is_script(args.target):  # (`viz mlp_step --jit`: options after a workload are ours)
+        parser = argparse.ArgumentParser(prog="python -m needle viz")
+        add_arguments(parser)
+        args = parser.parse_args([*args.args, args.target])
     server = viz.Server(None, args.port)
     try:
         server.recording = _recording(args)
@@ -85,10 +89,15 @@ def _recording(args) -> Recording:
         return Recording.load(path)
     if target.endswith(".json"):
         return Recording.load(target)
-    if target.endswith(".py") or os.path.isfile(target):
+    if _is_script(target):
         return record_script(target, args.args)
     raise NeedleError(f"{target!r} is not a script, a recording (.json) or a workload "
                       f"(choose from {', '.join(sorted(WORKLOADS))})")
+
+
+def _is_script(target) -> bool:
+    return target is not None and target not in WORKLOADS and not target.endswith(".json") and \
+        (target.endswith(".py") or os.path.isfile(target))
 
 
 def record_script(script: str, script_args=()) -> Recording:

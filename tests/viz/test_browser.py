@@ -5,12 +5,10 @@ its driver or selenium is missing (.ci/run installs them)."""
 import shutil
 import time
 
-import numpy as np
 import pytest
 
 import needle as ndl
-import needle.nn as nn
-from needle import engine, viz
+from needle import viz
 
 try:
     from selenium import webdriver
@@ -60,23 +58,6 @@ def serve():
         server.close()
 
 
-def _mlp_with_batchnorm():
-    engine.forget_later()
-    model = nn.Sequential(nn.Linear(20, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 5))
-    opt = ndl.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    rng = np.random.default_rng(0)
-    x = ndl.Tensor(rng.standard_normal((16, 20)).astype(np.float32), requires_grad=False)
-    y = ndl.Tensor(rng.integers(0, 5, 16).astype(np.float32), requires_grad=False)
-
-    def step(x, y):
-        opt.reset_grad()
-        loss = nn.SoftmaxLoss()(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    return step, x, y
-
-
 def _wait(driver, script, timeout=60.0):
     end = time.time() + timeout
     while time.time() < end:
@@ -117,8 +98,9 @@ def _llvm_of_selected_kernel(driver):
     return _wait(driver, "const t = document.getElementById('code').textContent; return t.includes('define') && t")
 
 
-def test_an_mlp_step_with_batchnorm_stage_by_stage(browser, serve):
-    step, x, y = _mlp_with_batchnorm()
+def test_an_mlp_step_with_batchnorm_stage_by_stage(browser, serve, mlp_step):
+    step = mlp_step(lambda model, x: model(x))
+    x, y = step.x, step.y
     with ndl.lazy(True), viz.record() as rec:
         for _ in range(3):
             step(x, y).numpy()
@@ -181,8 +163,9 @@ def test_an_mlp_step_with_batchnorm_stage_by_stage(browser, serve):
     assert "stored" in labels and "kernel 0:" in labels
 
 
-def test_a_jitted_step_is_one_entry_with_its_replays(browser, serve):
-    step, x, y = _mlp_with_batchnorm()
+def test_a_jitted_step_is_one_entry_with_its_replays(browser, serve, mlp_step):
+    step = mlp_step(lambda model, x: model(x))
+    x, y = step.x, step.y
     jitted = ndl.jit(step)
     with ndl.lazy(True), viz.record() as rec:
         for _ in range(5):

@@ -102,7 +102,11 @@ def test_errors_reach_the_terminal_as_one_line(tmp_path):
     assert done.stderr.startswith("needle viz: error: no recording in")
 
 
-def test_a_builtin_workload_is_recorded_in_process():
-    recording = viz_cli.record_workload("matmul_bias_relu", steps=2)
-    assert [i["count"] for i in recording.data["items"]] == [2]
-    assert recording.data["program"].startswith("matmul_bias_relu")
+def test_a_builtin_workload_is_recorded_in_process_options_after_its_name_included():
+    server = viz_cli.prepare(_args("matmul_bias_relu", "--steps", "2", "--port", "0"))
+    try:
+        recording = server.recording
+        assert [i["count"] for i in recording.data["items"]] == [2]
+        assert recording.data["program"].startswith("matmul_bias_relu")
+    finally:
+        server.close()

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import needle as ndl
-import needle.nn as nn
 from needle import engine, viz
 from needle.engine import schedule_cache
 from needle.viz.recording import Recording, newest
@@ -22,28 +21,22 @@ def _no_leftover_work():
     assert schedule_cache.WATCH is None, "a test left a recording on"
 
 
-def _mlp_step():
-    model = nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
-    opt = ndl.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    rng = np.random.default_rng(0)
-    x = ndl.Tensor(rng.standard_normal((8, 12)).astype(np.float32), requires_grad=False)
-    y = ndl.Tensor(rng.integers(0, 4, 8).astype(np.float32), requires_grad=False)
-
-    def step(x, y):
-        opt.reset_grad()
-        loss = nn.SoftmaxLoss()(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    return step, x, y
+def _mlp_step(make):
+    step = make(lambda model, x: model(x))
+    return step, step.x, step.y
 
 
-def test_each_schedule_once_with_its_runs_and_every_stage():
-    step, x, y = _mlp_step()
+def _recorded_steps(make, steps: int) -> dict:
+    """The recording of `steps` lazy steps of the MLP, each read back."""
+    step, x, y = _mlp_step(make)
     with ndl.lazy(True), viz.record() as rec:
-        for _ in range(4):
+        for _ in range(steps):
             step(x, y).numpy()
-    data = rec.recording().data
+    return rec.recording().data
+
+
+def test_each_schedule_once_with_its_runs_and_every_stage(mlp_step):
+    data = _recorded_steps(mlp_step, 4)
     # the first step differs (the optimizer's momentum appears), then one schedule runs 3 times
     assert [(i["kind"], i["count"]) for i in data["items"]] == [("schedule", 1), ("schedule", 3)]
     shot = data["shots"][data["items"][1]["shots"][0]]
@@ -106,8 +99,8 @@ def test_the_recording_is_bounded_to_the_last_schedules():
     assert [i["id"] for i in data["items"]] == [2, 3]  # the last two
 
 
-def test_a_captured_steps_replays_are_one_entry_with_a_count():
-    step, x, y = _mlp_step()
+def test_a_captured_steps_replays_are_one_entry_with_a_count(mlp_step):
+    step, x, y = _mlp_step(mlp_step)
     jitted = ndl.jit(step)
     with ndl.lazy(True), viz.record() as rec:
         for _ in range(7):
@@ -119,7 +112,7 @@ def test_a_captured_steps_replays_are_one_entry_with_a_count():
     assert len(steps) == 1
     captured = steps[0]
     assert captured["count"] == jitted.replays + 1 and jitted.replays >= 5, (captured["count"], jitted.replays)
-    assert "needle.jit(" in captured["title"] and "step" in captured["title"]
+    assert captured["title"].startswith("needle.jit(MLPStep")
     # its timeline is a profiled replay, each launch linked to a kernel of its schedules
     timeline = captured["timeline"]
     assert timeline["what"].startswith("replay")
@@ -130,8 +123,8 @@ def test_a_captured_steps_replays_are_one_entry_with_a_count():
         assert data["shots"][captured["shots"][s["shot"]]]["kernels"][s["call"]]["name"] == s["name"]
 
 
-def test_a_profile_of_the_program_itself_still_works_while_recording():
-    step, x, y = _mlp_step()
+def test_a_profile_of_the_program_itself_still_works_while_recording(mlp_step):
+    step, x, y = _mlp_step(mlp_step)
     with ndl.lazy(True), viz.record() as rec:
         step(x, y).numpy()
         with ndl.profile() as p:  # (the recorder never holds a profile open around user code)
@@ -145,12 +138,8 @@ def test_a_profile_of_the_program_itself_still_works_while_recording():
     assert any("test_recorder.py" in line for line in lines)
 
 
-def test_timeline_of_a_profiled_run_links_launches_to_kernels():
-    step, x, y = _mlp_step()
-    with ndl.lazy(True), viz.record() as rec:
-        for _ in range(3):
-            step(x, y).numpy()
-    data = rec.recording().data
+def test_timeline_of_a_profiled_run_links_launches_to_kernels(mlp_step):
+    data = _recorded_steps(mlp_step, 3)
     item = data["items"][-1]
     timeline = item["timeline"]
     lanes = {s["lane"] for s in timeline["segments"]}
@@ -162,8 +151,8 @@ def test_timeline_of_a_profiled_run_links_launches_to_kernels():
     assert timeline["total"] >= max(s["start"] + s["dur"] for s in launches)
 
 
-def test_a_recording_round_trips_through_its_file(tmp_path):
-    step, x, y = _mlp_step()
+def test_a_recording_round_trips_through_its_file(tmp_path, mlp_step):
+    step, x, y = _mlp_step(mlp_step)
     with ndl.lazy(True), viz.record() as rec:
         step(x, y).numpy()
     path = rec.recording().save(str(tmp_path / "run-1.json"))

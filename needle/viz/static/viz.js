@@ -12,7 +12,8 @@ const esc = (s) => Highlight.escape(String(s === undefined || s === null ? "" : 
 let rec = null;                 // /api/recording
 const stageData = {};           // "sid/stage" -> {text, nodes, ...}
 const codeData = {};            // "sid/k" -> code
-const sel = { item: null, shot: 0, stage: "fused", kernel: null, node: null, full: false, text: false, tab: "loop_ir", zoom: null };
+const sel = { item: null, shot: 0, stage: "fused", kernel: null, node: null, full: false, text: false, tab: "loop_ir", zoom: null,
+  span: "step" };
 let drawn = 0;                  // (a later picture request wins over an earlier one)
 
 async function getJSON(url) {
@@ -353,22 +354,28 @@ function renderTimeline() {
     return;
   }
   $("timelinetitle").textContent = `timeline of ${tl.what}: ${fmtMs(tl.total)}`;
+  document.querySelectorAll("button.span").forEach((b) => b.classList.toggle("active", b.dataset.span === sel.span));
+  // "step": from the host work before the run; "run": the run's own span (its launches)
+  const run = tl.segments.filter((s) => s.lane === "schedule");
+  const from = sel.span === "run" && run.length ? Math.min(...run.map((s) => s.start)) : 0;
+  const to = sel.span === "run" && run.length ? Math.max(...run.map((s) => s.start + s.dur)) : tl.total;
   const width = Math.max(300, box.clientWidth - 12);
   const left = 62, laneH = 22, top = 16;
-  const scale = (width - left - 8) / Math.max(tl.total, 1e-6);
+  const scale = (width - left - 8) / Math.max(to - from, 1e-6);
   const parts = [`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${top + LANES.length * laneH + 6}">`];
-  const step = niceStep(tl.total / 6);
-  for (let x = 0; x <= tl.total + 1e-9; x += step) {
-    const px = left + x * scale;
+  const step = niceStep((to - from) / 6);
+  for (let x = Math.ceil(from / step) * step; x <= to + 1e-9; x += step) {
+    const px = left + (x - from) * scale;
     parts.push(`<line x1="${px}" x2="${px}" y1="${top - 4}" y2="${top + LANES.length * laneH}" stroke="#e3e3e8"/>`);
     parts.push(`<text x="${px + 2}" y="10">${+x.toFixed(3)} ms</text>`);
   }
   LANES.forEach((lane, j) => parts.push(`<text x="2" y="${top + j * laneH + 14}">${lane}</text>`));
   const shots = it.shots.map((sid) => rec.shots[sid]);
   tl.segments.forEach((s, n) => {
+    if (s.start + s.dur < from || s.start > to) return;
     const j = LANES.indexOf(s.lane);
-    const x = left + s.start * scale;
-    const w = Math.max(1, s.dur * scale);
+    const x = left + (Math.max(s.start, from) - from) * scale;
+    const w = Math.max(1, (Math.min(s.start + s.dur, to) - Math.max(s.start, from)) * scale);
     let fill = LANE_COLOR[s.lane] || "#999";
     let cls = "seg";
     let title = `${s.name}: ${fmtMs(s.dur)}`;
@@ -436,6 +443,7 @@ async function init() {
   $("zoomin").addEventListener("click", () => zoomBy(1.25));
   $("zoomout").addEventListener("click", () => zoomBy(0.8));
   $("zoomfit").addEventListener("click", () => { sel.zoom = null; applyZoom(); });
+  document.querySelectorAll("button.span").forEach((b) => b.addEventListener("click", () => { sel.span = b.dataset.span; renderTimeline(); }));
   document.querySelectorAll(".codetab[data-tab]").forEach((b) => b.addEventListener("click", () => { sel.tab = b.dataset.tab; showKernelCode(); }));
   window.addEventListener("resize", () => renderTimeline());
   if (!rec.items.length) {
