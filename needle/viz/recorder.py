@@ -64,7 +64,7 @@ def _step_title(frame) -> str:
     while frame is not None:
         owner = frame.f_locals.get("self") if frame.f_code.co_name == "_capture" else None
         if owner is not None and isinstance(getattr(owner, "name", None), str):
-            return f"needle.jit({owner.name})"
+            return f"needle.jit({owner.name.split(' at ')[0]})"  # (its file and line: the entry's `where`)
         frame = frame.f_back
     return "needle.jit step"
 
@@ -154,8 +154,11 @@ class Recorder:
         finally:
             t1 = time.perf_counter()
             with self.lock:
-                if item is not None:
-                    self._ran(item, step, window, enter, t0, t1)
+                try:
+                    if item is not None:
+                        self._ran(item, step, window, enter, t0, t1)
+                except Exception as e:
+                    self._failed(e)
                 self.last_end = t1
                 self.compiler_at_end = self._compiler_seconds()
 
@@ -286,7 +289,7 @@ class Recorder:
         """What was recorded, as the page reads it (`fill_code`: every kernel's code
         rendered now, as a file needs; else on demand)."""
         with self.lock:
-            items = sorted(self.items.values(), key=lambda i: i.number)
+            items = sorted((i for i in self.items.values() if i.shots), key=lambda i: i.number)
             shots, ids = {}, {}
             for item in items:
                 for shot in item.shots:

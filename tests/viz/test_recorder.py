@@ -188,3 +188,17 @@ def test_needle_viz_env_writes_the_recording_at_exit(tmp_path):
     assert path is not None and os.path.basename(path).startswith("tiny-")
     assert "needle viz: recorded" in done.stderr and path in done.stderr
     assert not Recording.load(path).empty
+
+
+def test_a_schedule_that_cannot_be_recorded_does_not_break_the_program(monkeypatch):
+    from needle.viz import recorder
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no picture today")
+    monkeypatch.setattr(recorder, "Shot", broken)
+    a = ndl.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), requires_grad=False)
+    with pytest.warns(UserWarning, match="could not be recorded .*no picture today"):
+        with ndl.lazy(True), viz.record() as rec:
+            out = (ndl.exp(a) * 2).numpy()
+    np.testing.assert_allclose(out, np.exp(np.arange(6, dtype=np.float32).reshape(2, 3)) * 2, rtol=1e-6)
+    assert rec.recording().empty
