@@ -11,6 +11,7 @@ from ..engine import capture as _capture
 from ..backend_selection import cpu
 from ..dtypes import dtype_name, np_dtype
 from ..errors import ArgumentError, IndexingError, ShapeError
+from ..runtime import numpy_rng
 
 
 def _tensor(array: np.ndarray, device, dtype, requires_grad: bool):
@@ -69,9 +70,13 @@ def zeros(*shape, device=None, dtype="float32", requires_grad=False):
 
 @_replayed
 def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
-    """Bernoulli(p): True (1) with probability p."""
-    array = np.random.rand(*_shape(shape, "randb")) <= p
-    return _tensor(array.astype(np_dtype(dtype)), device, dtype, requires_grad)
+    """Bernoulli(p): True (1) with probability p: `np.random.rand(*shape) <= p`, drawn
+    by compiled code from the same stream where it can be (runtime/numpy_rng.py)."""
+    shape = _shape(shape, "randb")
+    array = numpy_rng.bernoulli(shape, p, dtype_name(dtype))
+    if array is None:
+        array = (np.random.rand(*shape) <= p).astype(np_dtype(dtype))
+    return _tensor(array, device, dtype, requires_grad)
 
 
 def one_hot(n, i, device=None, dtype="float32", requires_grad=False):

@@ -1,0 +1,65 @@
+"""Dropout's masks drawn by compiled code are numpy's own: the same values from the
+same seed, and numpy's global state left where `np.random.rand(*shape) <= p` leaves it."""
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle.runtime import numpy_rng
+
+SHAPES = [(1,), (7,), (311,), (312,), (313,), (624,), (1000,), (16, 4, 32, 32), (0,), (3, 0, 2)]
+
+
+def numpy_draw(seed, skip, shape, p, dtype):
+    np.random.seed(seed)
+    np.random.rand(skip)
+    mask = (np.random.rand(*shape) <= p).astype(dtype)
+    return mask, np.random.get_state()
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", ["float32", "bool"])
+def test_the_same_mask_and_state_as_numpy(shape, dtype):
+    if numpy_rng._compiled() is None:
+        pytest.skip("the native draw is off here (numpy draws): nothing to compare")
+    for seed, skip, p in ((0, 0, 0.9), (1, 5, 0.5), (2, 311, 0.1), (3, 623, 1.0), (4, 1, 0.0), (5, 2, float("nan"))):
+        expected, state = numpy_draw(seed, skip, shape, p, dtype)
+        np.random.seed(seed)
+        np.random.rand(skip)
+        got = numpy_rng.bernoulli(shape, p, dtype)
+        after = np.random.get_state()
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(after[1], state[1])
+        assert after[2:] == state[2:]  # (position, and the Gaussian cache left alone)
+
+
+def test_randb_and_dropout_follow_the_seed_in_every_mode():
+    np.random.seed(11)
+    expected = (np.random.rand(64, 33) <= 0.7).astype(np.float32)
+    for lazy in (True, False):
+        with ndl.lazy(lazy):
+            np.random.seed(11)
+            np.testing.assert_array_equal(ndl.init.randb(64, 33, p=0.7, dtype="float32").numpy(), expected)
+    x = np.random.default_rng(0).standard_normal((64, 33)).astype(np.float32)
+    np.random.seed(11)
+    mask = (np.random.rand(64, 33) <= 0.7).astype(np.float32)
+    np.random.seed(11)
+    got = ndl.nn.Dropout(0.3)(ndl.Tensor(x)).numpy()
+    np.testing.assert_allclose(got, x * mask / 0.7, rtol=1e-6)
+
+
+def test_other_dtypes_and_other_generators_are_left_to_numpy(monkeypatch):
+    assert numpy_rng.bernoulli((4,), 0.5, "float64") is None
+    monkeypatch.setattr(numpy_rng, "_generator", lambda: None)
+    assert numpy_rng.bernoulli((4,), 0.5, "float32") is None
+    np.random.seed(2)
+    expected = (np.random.rand(5, 3) <= 0.5).astype(np.float32)
+    np.random.seed(2)
+    np.testing.assert_array_equal(ndl.init.randb(5, 3, p=0.5, dtype="float32").numpy(), expected)
+
+
+def test_a_loop_that_does_not_match_numpy_is_never_used():
+    """The first-use check compares against numpy: a wrong loop is refused."""
+    def wrong(state, n, p, out, as_float):
+        np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * max(n, 1)).from_address(out))[:n] = 1.0
+    assert not numpy_rng._matches_numpy(wrong)
