@@ -23,136 +23,82 @@ import numpy as np
 
 from . import llvm_compile
 
-_N, _M = 624, 397
+_N, _M = 624, 397  # MT19937's state words and its twist's offset
+_STATE_POS = 4 * _N  # bytes from the state struct's start to its `pos` (int after uint32 key[624])
 
-_IR = """
-define internal void @twist(ptr %key) {
+
+def _twist_word(tag: str, i: str, j: str, k: str) -> str:
+    """key[i] = key[k] ^ (y >> 1) ^ (y odd ? MATRIX_A : 0), y = key[i]'s top bit | key[j]'s
+    lower 31 (numpy's mt19937_gen, one word)."""
+    return f"""
+  %pi{tag} = getelementptr i32, ptr %key, i32 {i}
+  %pj{tag} = getelementptr i32, ptr %key, i32 {j}
+  %pk{tag} = getelementptr i32, ptr %key, i32 {k}
+  %xi{tag} = load i32, ptr %pi{tag}
+  %xj{tag} = load i32, ptr %pj{tag}
+  %xk{tag} = load i32, ptr %pk{tag}
+  %hi{tag} = and i32 %xi{tag}, 2147483648
+  %lo{tag} = and i32 %xj{tag}, 2147483647
+  %y{tag} = or i32 %hi{tag}, %lo{tag}
+  %y1{tag} = lshr i32 %y{tag}, 1
+  %odd{tag} = and i32 %y{tag}, 1
+  %neg{tag} = sub i32 0, %odd{tag}
+  %mag{tag} = and i32 %neg{tag}, 2567483615
+  %t{tag} = xor i32 %xk{tag}, %y1{tag}
+  %v{tag} = xor i32 %t{tag}, %mag{tag}
+  store i32 %v{tag}, ptr %pi{tag}"""
+
+
+def _twist() -> str:
+    """numpy's mt19937_gen: words [0, N-M) from the old words M on, [N-M, N-1) from the
+    new ones M-N back, the last from key[0] (new) and key[M-1] (loops without a modulo,
+    so that LLVM vectorizes them)."""
+    return f"""
+define internal void @twist(ptr %key) {{
 entry:
   br label %first
 first:
   %i = phi i32 [0, %entry], [%i1, %first]
   %i1 = add i32 %i, 1
-  %ik = add i32 %i, 397
-  %pi_a = getelementptr i32, ptr %key, i32 %i
-  %pj_a = getelementptr i32, ptr %key, i32 %i1
-  %pk_a = getelementptr i32, ptr %key, i32 %ik
-  %xi_a = load i32, ptr %pi_a
-  %xj_a = load i32, ptr %pj_a
-  %xk_a = load i32, ptr %pk_a
-  %hi_a = and i32 %xi_a, 2147483648
-  %lo_a = and i32 %xj_a, 2147483647
-  %y_a = or i32 %hi_a, %lo_a
-  %y1_a = lshr i32 %y_a, 1
-  %odd_a = and i32 %y_a, 1
-  %neg_a = sub i32 0, %odd_a
-  %mag_a = and i32 %neg_a, 2567483615
-  %t_a = xor i32 %xk_a, %y1_a
-  %v_a = xor i32 %t_a, %mag_a
-  store i32 %v_a, ptr %pi_a
-  %more = icmp ult i32 %i1, 227
+  %ik = add i32 %i, {_M}{_twist_word("a", "%i", "%i1", "%ik")}
+  %more = icmp ult i32 %i1, {_N - _M}
   br i1 %more, label %first, label %second
 second:
-  %m = phi i32 [227, %first], [%m1, %second]
+  %m = phi i32 [{_N - _M}, %first], [%m1, %second]
   %m1 = add i32 %m, 1
-  %mk = sub i32 %m, 227
-  %pi_b = getelementptr i32, ptr %key, i32 %m
-  %pj_b = getelementptr i32, ptr %key, i32 %m1
-  %pk_b = getelementptr i32, ptr %key, i32 %mk
-  %xi_b = load i32, ptr %pi_b
-  %xj_b = load i32, ptr %pj_b
-  %xk_b = load i32, ptr %pk_b
-  %hi_b = and i32 %xi_b, 2147483648
-  %lo_b = and i32 %xj_b, 2147483647
-  %y_b = or i32 %hi_b, %lo_b
-  %y1_b = lshr i32 %y_b, 1
-  %odd_b = and i32 %y_b, 1
-  %neg_b = sub i32 0, %odd_b
-  %mag_b = and i32 %neg_b, 2567483615
-  %t_b = xor i32 %xk_b, %y1_b
-  %v_b = xor i32 %t_b, %mag_b
-  store i32 %v_b, ptr %pi_b
-  %more2 = icmp ult i32 %m1, 623
+  %mk = sub i32 %m, {_N - _M}{_twist_word("b", "%m", "%m1", "%mk")}
+  %more2 = icmp ult i32 %m1, {_N - 1}
   br i1 %more2, label %second, label %last
-last:
-  %pi_c = getelementptr i32, ptr %key, i32 623
-  %pj_c = getelementptr i32, ptr %key, i32 0
-  %pk_c = getelementptr i32, ptr %key, i32 396
-  %xi_c = load i32, ptr %pi_c
-  %xj_c = load i32, ptr %pj_c
-  %xk_c = load i32, ptr %pk_c
-  %hi_c = and i32 %xi_c, 2147483648
-  %lo_c = and i32 %xj_c, 2147483647
-  %y_c = or i32 %hi_c, %lo_c
-  %y1_c = lshr i32 %y_c, 1
-  %odd_c = and i32 %y_c, 1
-  %neg_c = sub i32 0, %odd_c
-  %mag_c = and i32 %neg_c, 2567483615
-  %t_c = xor i32 %xk_c, %y1_c
-  %v_c = xor i32 %t_c, %mag_c
-  store i32 %v_c, ptr %pi_c
+last:{_twist_word("c", str(_N - 1), "0", str(_M - 1))}
   ret void
-}
+}}"""
 
-define internal i32 @next(ptr %key, ptr %pos) alwaysinline {
-entry:
-  %p = load i32, ptr %pos
-  %full = icmp sge i32 %p, 624
-  br i1 %full, label %gen, label %take
-gen:
-  call void @twist(ptr %key)
-  br label %take
-take:
-  %q = phi i32 [%p, %entry], [0, %gen]
-  %pq = getelementptr i32, ptr %key, i32 %q
-  %y0 = load i32, ptr %pq
-  %q1 = add i32 %q, 1
-  store i32 %q1, ptr %pos
-  %a1 = lshr i32 %y0, 11
-  %y1 = xor i32 %y0, %a1
-  %a2 = shl i32 %y1, 7
-  %b2 = and i32 %a2, 2636928640
-  %y2 = xor i32 %y1, %b2
-  %a3 = shl i32 %y2, 15
-  %b3 = and i32 %a3, 4022730752
-  %y3 = xor i32 %y2, %b3
-  %a4 = lshr i32 %y3, 18
-  %y4 = xor i32 %y3, %a4
-  ret i32 %y4
-}
 
-define internal i32 @temper(i32 %y0) alwaysinline {
-  %a1 = lshr i32 %y0, 11
-  %y1 = xor i32 %y0, %a1
-  %a2 = shl i32 %y1, 7
-  %b2 = and i32 %a2, 2636928640
-  %y2 = xor i32 %y1, %b2
-  %a3 = shl i32 %y2, 15
-  %b3 = and i32 %a3, 4022730752
-  %y3 = xor i32 %y2, %b3
-  %a4 = lshr i32 %y3, 18
-  %y4 = xor i32 %y3, %a4
-  ret i32 %y4
-}
+def _store_mask(tag: str, keep: str, index: str, as_float: bool) -> str:
+    """out[index] = keep, as a float32 1.0 / 0.0 or a byte."""
+    if as_float:
+        return f"""
+  %f{tag} = uitofp i1 {keep} to float
+  %o{tag} = getelementptr float, ptr %out, i64 {index}
+  store float %f{tag}, ptr %o{tag}"""
+    return f"""
+  %c{tag} = zext i1 {keep} to i8
+  %o{tag} = getelementptr i8, ptr %out, i64 {index}
+  store i8 %c{tag}, ptr %o{tag}"""
 
-define internal i1 @keep(i32 %a, i32 %b, double %p) alwaysinline {
-  %a5 = lshr i32 %a, 5
-  %b6 = lshr i32 %b, 6
-  %af = uitofp i32 %a5 to double
-  %bf = uitofp i32 %b6 to double
-  %hi = fmul double %af, 67108864.0
-  %sum = fadd double %hi, %bf
-  %u = fmul double %sum, 0x3CA0000000000000
-  %k = fcmp ole double %u, %p
-  ret i1 %k
-}
 
-; masks i in [lo, hi) from the pairs of tempered words starting at key[first]
-define internal void @block(ptr noalias %key, i32 %first, i64 %lo, i64 %hi, double %p, ptr noalias %out, i1 %float) alwaysinline {
+def _block(as_float: bool) -> str:
+    """@block_<kind>(key, first, lo, hi, p, out): masks lo..hi-1 from the pairs of words
+    key[first], key[first+1], ... of the current state (no twist inside: vectorizable)."""
+    kind = "f32" if as_float else "u8"
+    return f"""
+define internal void @block_{kind}(ptr noalias %key, i32 %first, i64 %lo, i64 %hi, double %p,
+                                   ptr noalias %out) alwaysinline {{
 entry:
   %f64 = zext i32 %first to i64
-  br i1 %float, label %fl, label %bl
-fl:
-  %i = phi i64 [%lo, %entry], [%i1, %fl]
+  br label %loop
+loop:
+  %i = phi i64 [%lo, %entry], [%i1, %loop]
   %w = sub i64 %i, %lo
   %w2 = shl i64 %w, 1
   %wa = add i64 %w2, %f64
@@ -163,43 +109,74 @@ fl:
   %xb = load i32, ptr %pb
   %ta = call i32 @temper(i32 %xa)
   %tb = call i32 @temper(i32 %xb)
-  %k = call i1 @keep(i32 %ta, i32 %tb, double %p)
-  %f = uitofp i1 %k to float
-  %pf = getelementptr float, ptr %out, i64 %i
-  store float %f, ptr %pf
+  %k = call i1 @keep(i32 %ta, i32 %tb, double %p){_store_mask("", "%k", "%i", as_float)}
   %i1 = add i64 %i, 1
   %more = icmp slt i64 %i1, %hi
-  br i1 %more, label %fl, label %done
-bl:
-  %j = phi i64 [%lo, %entry], [%j1, %bl]
-  %v = sub i64 %j, %lo
-  %v2 = shl i64 %v, 1
-  %va = add i64 %v2, %f64
-  %vb = add i64 %va, 1
-  %qa = getelementptr i32, ptr %key, i64 %va
-  %qb = getelementptr i32, ptr %key, i64 %vb
-  %ya = load i32, ptr %qa
-  %yb = load i32, ptr %qb
-  %sa = call i32 @temper(i32 %ya)
-  %sb = call i32 @temper(i32 %yb)
-  %kk = call i1 @keep(i32 %sa, i32 %sb, double %p)
-  %c = zext i1 %kk to i8
-  %pc = getelementptr i8, ptr %out, i64 %j
-  store i8 %c, ptr %pc
-  %j1 = add i64 %j, 1
-  %more2 = icmp slt i64 %j1, %hi
-  br i1 %more2, label %bl, label %done
+  br i1 %more, label %loop, label %done
 done:
   ret void
-}
+}}"""
 
-define void @needle_bernoulli(ptr %state, i64 %n, double %p, ptr %out, i64 %as_float) {
+
+_HELPERS = f"""
+define internal i32 @next(ptr %key, ptr %pos) alwaysinline {{
 entry:
-  %spos = getelementptr i8, ptr %state, i64 2496
+  %p = load i32, ptr %pos
+  %full = icmp sge i32 %p, {_N}
+  br i1 %full, label %gen, label %take
+gen:
+  call void @twist(ptr %key)
+  br label %take
+take:
+  %q = phi i32 [%p, %entry], [0, %gen]
+  %pq = getelementptr i32, ptr %key, i32 %q
+  %y = load i32, ptr %pq
+  %q1 = add i32 %q, 1
+  store i32 %q1, ptr %pos
+  %t = call i32 @temper(i32 %y)
+  ret i32 %t
+}}
+
+define internal i32 @temper(i32 %y0) alwaysinline {{
+  %a1 = lshr i32 %y0, 11
+  %y1 = xor i32 %y0, %a1
+  %a2 = shl i32 %y1, 7
+  %b2 = and i32 %a2, 2636928640
+  %y2 = xor i32 %y1, %b2
+  %a3 = shl i32 %y2, 15
+  %b3 = and i32 %a3, 4022730752
+  %y3 = xor i32 %y2, %b3
+  %a4 = lshr i32 %y3, 18
+  %y4 = xor i32 %y3, %a4
+  ret i32 %y4
+}}
+
+; numpy's legacy random_sample from two words, (a >> 5) * 2^26 + (b >> 6) over 2^53, <= p
+define internal i1 @keep(i32 %a, i32 %b, double %p) alwaysinline {{
+  %a5 = lshr i32 %a, 5
+  %b6 = lshr i32 %b, 6
+  %af = uitofp i32 %a5 to double
+  %bf = uitofp i32 %b6 to double
+  %hi = fmul double %af, 67108864.0
+  %sum = fadd double %hi, %bf
+  %u = fmul double %sum, 0x3CA0000000000000
+  %k = fcmp ole double %u, %p
+  ret i1 %k
+}}"""
+
+
+def _entry(as_float: bool) -> str:
+    """@bernoulli_<kind>(state, n, p, out): n masks; each pass takes the pairs left in the
+    state (a pair across a twist word by word), twisting when a word is wanted and none is
+    left, as numpy does (so the state it leaves is numpy's)."""
+    kind = "f32" if as_float else "u8"
+    return f"""
+define void @bernoulli_{kind}(ptr %state, i64 %n, double %p, ptr %out) {{
+entry:
+  %spos = getelementptr i8, ptr %state, i64 {_STATE_POS}
   %pos = alloca i32
   %p0 = load i32, ptr %spos
   store i32 %p0, ptr %pos
-  %float = icmp ne i64 %as_float, 0
   br label %loop
 loop:
   %i = phi i64 [0, %entry], [%inext, %next_i]
@@ -207,34 +184,22 @@ loop:
   br i1 %more, label %body, label %done
 body:
   %q0 = load i32, ptr %pos
-  %spent = icmp sge i32 %q0, 624
+  %spent = icmp sge i32 %q0, {_N}
   br i1 %spent, label %regen, label %ready
-regen:  ; (as numpy: the state is twisted when a word is wanted, not when the last is taken)
+regen:
   call void @twist(ptr %state)
   store i32 0, ptr %pos
   br label %ready
 ready:
   %q = phi i32 [%q0, %body], [0, %regen]
-  %left = sub i32 624, %q
+  %left = sub i32 {_N}, %q
   %pairs = lshr i32 %left, 1
   %none = icmp eq i32 %pairs, 0
   br i1 %none, label %one, label %many
-one:  ; a pair across a twist: word by word
+one:
   %a = call i32 @next(ptr %state, ptr %pos)
   %b = call i32 @next(ptr %state, ptr %pos)
-  %k = call i1 @keep(i32 %a, i32 %b, double %p)
-  br i1 %float, label %one_f, label %one_b
-one_f:
-  %f = uitofp i1 %k to float
-  %pf = getelementptr float, ptr %out, i64 %i
-  store float %f, ptr %pf
-  br label %one_done
-one_b:
-  %c = zext i1 %k to i8
-  %pc = getelementptr i8, ptr %out, i64 %i
-  store i8 %c, ptr %pc
-  br label %one_done
-one_done:
+  %k = call i1 @keep(i32 %a, i32 %b, double %p){_store_mask("1", "%k", "%i", as_float)}
   %i_one = add i64 %i, 1
   br label %next_i
 many:
@@ -243,21 +208,23 @@ many:
   %fewer = icmp slt i64 %rest, %pairs64
   %take = select i1 %fewer, i64 %rest, i64 %pairs64
   %hi = add i64 %i, %take
-  call void @block(ptr %state, i32 %q, i64 %i, i64 %hi, double %p, ptr %out, i1 %float)
+  call void @block_{kind}(ptr %state, i32 %q, i64 %i, i64 %hi, double %p, ptr %out)
   %take32 = trunc i64 %take to i32
   %used = shl i32 %take32, 1
   %q2 = add i32 %q, %used
   store i32 %q2, ptr %pos
   br label %next_i
 next_i:
-  %inext = phi i64 [%i_one, %one_done], [%hi, %many]
+  %inext = phi i64 [%i_one, %one], [%hi, %many]
   br label %loop
 done:
   %pend = load i32, ptr %pos
   store i32 %pend, ptr %spos
   ret void
-}
-"""
+}}"""
+
+
+_IR = "\n".join([_twist(), _HELPERS, _block(True), _block(False), _entry(True), _entry(False)])
 
 _lock = threading.Lock()
 _state = {}
@@ -281,11 +248,11 @@ def _build():
         module = llvm_compile.optimize(_IR, cpu, features, "O2")
         engine = llvm.create_mcjit_compiler(module, llvm_compile.new_machine(cpu, features))
         engine.finalize_object()
-        address = engine.get_function_address("needle_bernoulli")
-        fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_void_p,
-                              ctypes.c_int64)(address)
+        kind = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_void_p)
+        fns = {True: kind(engine.get_function_address("bernoulli_f32")),
+               False: kind(engine.get_function_address("bernoulli_u8"))}
         _state["engine"] = engine  # (keeps the code alive)
-        return fn if _matches_numpy(fn) else None
+        return fns if all(_matches_numpy(fns[f], f) for f in fns) else None
     except Exception:  # (no llvmlite target here, or numpy's internals differ): numpy draws
         return None
 
@@ -298,7 +265,7 @@ def _generator():
     return bg
 
 
-def _matches_numpy(fn) -> bool:
+def _matches_numpy(fn, as_float: bool) -> bool:
     """Draw from a copy of the global state both ways, across a twist, and compare."""
     bg = _generator()
     if bg is None:
@@ -314,10 +281,10 @@ def _matches_numpy(fn) -> bool:
             numpy_after = np.random.get_state()
             np.random.seed(seed)
             np.random.rand(5)
-            got = np.empty(n, np.float32)
-            fn(bg.ctypes.state_address, n, p, got.ctypes.data, 1)
+            got = np.empty(n, np.float32 if as_float else np.uint8)
+            fn(bg.ctypes.state_address, n, p, got.ctypes.data)
             after = np.random.get_state()
-            ok = ok and np.array_equal(got, expected.astype(np.float32)) and \
+            ok = ok and np.array_equal(got, expected.astype(got.dtype)) and \
                 np.array_equal(after[1], numpy_after[1]) and after[2] == numpy_after[2]
         return ok
     finally:
@@ -330,11 +297,11 @@ def bernoulli(shape: tuple, p: float, dtype: str):
     as_float = _OUT.get(dtype)
     if as_float is None or isinstance(p, complex):
         return None
-    fn = _compiled()
-    bg = _generator() if fn is not None else None
+    fns = _compiled()
+    bg = _generator() if fns is not None else None
     if bg is None:
         return None
     out = np.empty(shape, np.float32 if as_float else np.uint8)
     with bg.lock:
-        fn(bg.ctypes.state_address, out.size, float(p), out.ctypes.data, int(as_float))
+        fns[as_float](bg.ctypes.state_address, out.size, float(p), out.ctypes.data)
     return out if as_float else out.view(np.bool_) if dtype == "bool" else out

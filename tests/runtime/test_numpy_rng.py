@@ -60,6 +60,6 @@ def test_other_dtypes_and_other_generators_are_left_to_numpy(monkeypatch):
 
 def test_a_loop_that_does_not_match_numpy_is_never_used():
     """The first-use check compares against numpy: a wrong loop is refused."""
-    def wrong(state, n, p, out, as_float):
+    def wrong(state, n, p, out):
         np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * max(n, 1)).from_address(out))[:n] = 1.0
-    assert not numpy_rng._matches_numpy(wrong)
+    assert not numpy_rng._matches_numpy(wrong, True)
