@@ -29,6 +29,8 @@ class Worker:
         # by file path, not `-m needle...`: importing the package would cost the worker ~0.5 s
         self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, llvm_compile.__file__],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        STARTED.append(self.proc.pid)
+        del STARTED[:-64]  # (bounded: the thread team reads the live ones' CPU time)
 
     def compile(self, job):
         """(ok, object code or message), or None if the worker died (it is closed then)."""
@@ -57,6 +59,9 @@ class Worker:
             self.proc.wait()
 
 
+#: process ids of the workers started (the newest 64): the thread team (team.py) counts
+#: their CPU time as this process's, since they compile its kernels
+STARTED: list = []
 _idle: list = []  # started workers between batches
 _idle_lock = threading.Lock()
 
@@ -134,4 +139,4 @@ def worker_pids() -> list:
 
 atexit.register(shutdown)
 # a forked child must not share the parent's pipes: it starts its own workers
-os.register_at_fork(after_in_child=lambda: _idle.clear())
+os.register_at_fork(after_in_child=lambda: (_idle.clear(), STARTED.clear()))

@@ -10,8 +10,8 @@ machine has to spare, measured, not from how many CPUs it has.
 
 The measure: the busy time of this process's CPUs (from /proc/stat, steal time
 included: a vCPU its host does not run is as busy as one another process runs) less
-this process's own CPU time, over the last interval, is the number of cores other
-processes used.  Our own threads, spinning or not, are never counted against us, so
+this process's own CPU time and its compile workers', over the last interval, is the
+number of cores other processes used.  Our own threads, spinning or not, are never counted against us, so
 the measure does not swing when the team shrinks or grows.  The median of the last
 three intervals decides, so that a passing burst does not move the team.
 """
@@ -23,6 +23,7 @@ import threading
 import time
 
 from .. import config
+from . import compile_pool
 
 #: seconds between two readings of /proc/stat (a reading costs tens of microseconds)
 INTERVAL = 0.1
@@ -62,6 +63,16 @@ def _busy_seconds(cpus: frozenset):
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def _process_seconds(pid: int):
+    """utime + stime of process `pid` (from /proc/<pid>/stat), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class Team:
     """The team size for this process's launches: read at every schedule run, measured
     again at most every INTERVAL seconds.  `config.ADAPT_THREADS` off: all the CPUs."""
@@ -70,13 +81,23 @@ class Team:
         self.cpus = _cpus()
         self.size = len(self.cpus)
         self.others = []  # cores other processes used, last READINGS intervals
+        self._workers = {}  # compile worker pid -> its CPU seconds when last read
         self._lock = threading.Lock()
         self._last = self._reading()
         self._next = self._last[0] + INTERVAL
 
     def _reading(self) -> tuple:
         self.cpus = _cpus()
-        return time.perf_counter(), _busy_seconds(self.cpus), time.process_time()
+        return time.perf_counter(), _busy_seconds(self.cpus), time.process_time() + self._workers_seconds()
+
+    def _workers_seconds(self) -> float:
+        """CPU seconds of this process's compile workers, which compile its kernels and
+        are not another process's load (a worker that exits keeps its last count)."""
+        for pid in compile_pool.STARTED:
+            seconds = _process_seconds(pid)
+            if seconds is not None:
+                self._workers[pid] = seconds
+        return sum(self._workers.values())
 
     def now(self, now: float) -> int:
         """The team size at `now` (perf_counter)."""

@@ -19,6 +19,9 @@ class FakeMachine:
         monkeypatch.setattr(team, "_busy_seconds", lambda _: self.busy)
         monkeypatch.setattr(team.time, "perf_counter", lambda: self.wall)
         monkeypatch.setattr(team.time, "process_time", lambda: self.ours)
+        self.workers = {}  # compile worker pid -> CPU seconds
+        monkeypatch.setattr(team.compile_pool, "STARTED", [])
+        monkeypatch.setattr(team, "_process_seconds", lambda pid: self.workers.get(pid))
 
     def run(self, t: "team.Team", seconds: float, ours: float, others: float) -> int:
         """`seconds` pass while this process uses `ours` cores and others `others`."""
@@ -103,3 +106,25 @@ def test_a_busy_process_beside_us_shrinks_the_team():
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_our_compile_workers_are_not_others(monkeypatch):
+    """While this process's compile workers compile its kernels, the team stays whole;
+    a worker that exits keeps its count (no drop read as someone else's load)."""
+    machine = FakeMachine(monkeypatch)
+    t = team.Team()
+    team.compile_pool.STARTED.extend([101, 102])
+    for k in range(5):
+        machine.workers = {101: 0.2 * (k + 1), 102: 0.2 * (k + 1)}  # two workers, each on a core
+        assert machine.run(t, team.INTERVAL, ours=0.0, others=2.0) == 2
+    del machine.workers[102]  # one exits
+    assert machine.run(t, team.INTERVAL, ours=1.0, others=0.0) == 2
+
+
+def test_process_seconds_reads_proc():
+    import os
+    seconds = team._process_seconds(os.getpid())
+    if seconds is None:
+        pytest.skip("no /proc here")
+    assert 0.0 < seconds <= time.process_time() + 1.0
+    assert team._process_seconds(2 ** 31 - 7) is None
