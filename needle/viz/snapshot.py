@@ -20,6 +20,7 @@ import gc
 import linecache
 import pickle
 import re
+import warnings
 from collections import Counter
 
 from .. import autograd_graph
@@ -63,13 +64,15 @@ def holders(nodes) -> list:
     from ..autograd import Value
     position = {id(n): k for k, n in enumerate(nodes)}
     found = []
-    for obj in gc.get_objects():
-        if isinstance(obj, Value):
-            data = obj._cached_data
-            k = min((position.get(id(d), len(nodes)) for d in data), default=len(nodes)) \
-                if isinstance(data, tuple) else position.get(id(data), len(nodes))
-            if k < len(nodes):
-                found.append((k, obj.op is None, obj))
+    with warnings.catch_warnings():  # (isinstance on some modules' deprecated objects warns)
+        warnings.simplefilter("ignore")
+        values = [obj for obj in gc.get_objects() if isinstance(obj, Value)]
+    for obj in values:
+        data = obj._cached_data
+        k = min((position.get(id(d), len(nodes)) for d in data), default=len(nodes)) \
+            if isinstance(data, tuple) else position.get(id(data), len(nodes))
+        if k < len(nodes):
+            found.append((k, obj.op is None, obj))
     found.sort(key=lambda f: f[:2])
     return [t for _, _, t in found]
 
