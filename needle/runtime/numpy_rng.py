@@ -17,6 +17,7 @@ legacy MT19937, `bernoulli` returns None and the caller draws with numpy.
 from __future__ import annotations
 
 import ctypes
+import numbers
 import threading
 
 import numpy as np
@@ -295,7 +296,7 @@ def bernoulli(shape: tuple, p: float, dtype: str):
     """`(np.random.rand(*shape) <= p).astype(dtype)` drawn natively from the same
     stream, or None where it cannot be (the caller draws with numpy)."""
     as_float = _OUT.get(dtype)
-    if as_float is None or isinstance(p, complex):
+    if as_float is None or not isinstance(p, numbers.Real):  # (numpy broadcasts anything else)
         return None
     fns = _compiled()
     bg = _generator() if fns is not None else None
