@@ -47,6 +47,8 @@ def test_lazy_step_is_one_fused_kernel_with_both_lines():
     a, b = _inputs()
     with ndl.lazy(True):
         fused_step(a, b).numpy()  # compile outside the profile
+        with ndl.profile():  # (a graph built while lines are stamped is planned once more, with them)
+            fused_step(a, b).numpy()
         before = _launched()
         with ndl.profile() as p:
             for _ in range(3):

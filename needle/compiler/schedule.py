@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from ..dtypes import itemsize
 from ..target import Target
 from ..ir.nodes import toposort
-from . import column_reduce, matmul_tiling
+from .call_origins import CallOrigin
+from . import call_origins, column_reduce, matmul_tiling
 from .buffer_offsets import hoist_offsets
 from .common import merge_common
 from .fusion import FusedGraph, fuse
@@ -33,6 +34,7 @@ class Call:
     slots: list              # schedule slot per kernel buffer
     params: list             # param slot per kernel parameter
     offsets: list            # elements added to each kernel buffer's pointer (buffer_offsets)
+    origin: CallOrigin = None  # what it computes in the user's terms (call_origins.py)
 
     def byte_offsets(self) -> list:
         return [n * itemsize(b.dtype) for n, b in zip(self.offsets, self.kernel.bufs)]
@@ -145,11 +147,20 @@ def plan(outputs, target: Target, signature: Signature = None) -> tuple:
         next_slot += 1
         return next_slot - 1
 
-    calls, packed = [], {}  # packed: operands packed so far (matmul_tiling.Tiling.packed_slot)
+    calls, packed, groups = [], {}, []  # packed: operands packed so far (matmul_tiling.Tiling.packed_slot)
     for g in fused.groups:
-        calls.extend(_lower(g, fused, slot_of, lambda s: scalar_ids[id(s)], new_scratch, target, packed))
+        lowered = _lower(g, fused, slot_of, lambda s: scalar_ids[id(s)], new_scratch, target, packed)
+        calls.extend(lowered)
+        groups += [g] * len(lowered)
     temp_bytes = _plan_temps(calls, temp_sizes, slot_kinds)
     schedule = Schedule(calls, len(leaves), len(scalars), output_slots, slot_kinds, temp_bytes)
+    leaf_shapes = [(leaf.shape, leaf.dtype) for leaf in leaves]
+    described = {}
+    for call, g in zip(calls, groups):
+        if id(g) not in described:
+            described[id(g)] = call_origins.group_origin(g, g.members)
+        nbytes = call_origins.call_bytes(call, slot_kinds, leaf_shapes, output_slots, temp_bytes)
+        call.origin = call_origins.for_call(described[id(g)], g, call, nbytes)
     return schedule, fused
 
 

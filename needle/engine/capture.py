@@ -31,7 +31,6 @@ import linecache
 import os
 import sys
 import threading
-import weakref
 
 from ..errors import JitError
 
@@ -43,14 +42,10 @@ _LOCAL = threading.local()
 _LOCK = threading.Lock()
 _ACTIVE = [0]  # threads recording now
 
-#: `DESCRIBE(entry, nodes, leaves, target)`: what each call of a compiled schedule
-#: computes (fused ops, bytes, flops), installed by needle.profiler.  A replay builds
-#: no graph, so the recorder keeps one description per captured schedule here, and a
-#: profile of replayed steps can still say what each kernel fuses.
-DESCRIBE = None
-DESCRIPTIONS = weakref.WeakKeyDictionary()  # compiled schedule -> DESCRIBE's result
 #: a context manager factory stamping user lines on the nodes built inside it
-#: (needle.profiler.sources.stamping), used around a capture so DESCRIBE can name lines
+#: (needle.profiler.sources.stamping), used around a capture: the schedules a capture
+#: plans then carry the user's lines in their calls' origins (compiler/call_origins.py),
+#: so a profile of replayed steps, which build no graph, still names them
 STAMP_SOURCES = contextlib.nullcontext
 
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -116,10 +111,8 @@ class Recorder:
             if not getattr(array, "is_lazy", False) and id(array) not in self.readers:
                 self.readers[id(array)] = (tensor, array)
 
-    def schedule(self, entry, leaves, scalars, device, outputs, nodes, target) -> None:
+    def schedule(self, entry, leaves, scalars, device, outputs) -> None:
         self.runs.append(ScheduleRun(entry, leaves, scalars, device, outputs))
-        if DESCRIBE is not None and entry not in DESCRIPTIONS:
-            DESCRIPTIONS[entry] = DESCRIBE(entry, nodes, leaves, target)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ import time
 
 from .. import config
 from ..compiler import schedule as scheduling
+from ..ir import build
 from ..runtime import counters, cuda as cuda_runtime
 from ..runtime.lru import LRUCache
 from ..target import Target
@@ -43,7 +44,9 @@ class ScheduleCache:
     def _lookup(self, nodes):
         signature = scheduling.structure(nodes)
         target = self.target()
-        key = (signature.key, target)
+        # (a graph built while source lines were stamped gets a plan of its own, whose
+        # calls name those lines: compiler/call_origins.py)
+        key = (signature.key, target, build.STAMP is not None)
         entry = self.entries.get(key)
         if entry is not None:
             counters.add("schedule_cache_hits")
@@ -135,6 +138,6 @@ def realize(nodes) -> None:
         counters.add("run_seconds", time.perf_counter() - t0)
         counters.add("schedules")
         if capture.CURRENT is not None and capture.current() is not None:  # (needle.jit records the call it captures)
-            capture.current().schedule(entry, leaves, scalars, device, outputs, nodes, cache.target())
+            capture.current().schedule(entry, leaves, scalars, device, outputs)
     for node, array in zip(nodes, outputs):
         node.become_buffer(array)

@@ -69,6 +69,7 @@ class Profile:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._calls: Dict[int, tuple] = {}    # id(compiled schedule) -> (schedule, [CallInfo])
+        self._replayed: Dict[int, tuple] = {}  # the same for schedules run by needle.jit's replays
         self._caches = []
 
     # ---- the context manager ----------------------------------------------------------------
@@ -87,6 +88,7 @@ class Profile:
         global _active
         self._uninstall()
         self._calls.clear()  # let the schedule cache evict what it likes once we are done
+        self._replayed.clear()
         self.overhead += sources.SECONDS - self._stamping
         self.wall = max(time.perf_counter() - self._start - self.overhead, 0.0)
         with _active_lock:
@@ -100,10 +102,12 @@ class Profile:
             module.KERNEL_TIMER = self._make_timer(device)
             cache.observer = self._make_observer(cache, device)
             self._caches.append((module, cache))
+        self._own_stamping = not sources.installed()  # (needle.viz may keep it on around us)
         sources.install()
 
     def _uninstall(self) -> None:
-        sources.uninstall()
+        if self._own_stamping:
+            sources.uninstall()
         for module, cache in self._caches:
             module.KERNEL_TIMER = None
             cache.observer = None
@@ -120,11 +124,11 @@ class Profile:
             entry, leaves, scalars = lookup(nodes)
             t1 = time.perf_counter()
             sched, comp = c["schedule_seconds"] - s0, c["compile_seconds"] - k0
-            self._note_realize(entry, nodes, leaves, cache.target(), device, t0, t1, sched, comp)
+            self._note_realize(entry, nodes, device, t0, t1, sched, comp)
             return entry, leaves, scalars
         return observe
 
-    def _note_realize(self, entry, nodes, leaves, target, device, t0, t1, sched, comp) -> None:
+    def _note_realize(self, entry, nodes, device, t0, t1, sched, comp) -> None:
         start = time.perf_counter()
         with self._lock:
             self.schedules += 1
@@ -137,8 +141,8 @@ class Profile:
                 self._span("compile", "compile", t0 + sched, comp, device)
             known = self._calls.get(id(entry))
             if known is None:
-                known = self._calls[id(entry)] = (entry, attribution.describe_calls(entry, nodes, leaves, target))
-        single = attribution._is_single_op(nodes)
+                known = self._calls[id(entry)] = (entry, attribution.describe_calls(entry))
+        single = attribution.is_single_op(nodes)
         self._local.current = (known[1], attribution.eager_lines(nodes) if single else None)
         self.overhead += time.perf_counter() - start
 
@@ -150,9 +154,12 @@ class Profile:
                 info = known[1][i]
                 current = getattr(self._local, "current", None)
                 lines = current[1] if current is not None and current[1] is not None else info.lines
-            else:  # a replayed step of needle.jit: what its capture recorded
-                infos = capture.DESCRIPTIONS.get(entry)
-                info = infos[i] if infos is not None else attribution.CallInfo(entry.schedule.calls[i].kernel.name)
+            else:  # a replayed step of needle.jit: what its schedule's calls record
+                with self._lock:
+                    replayed = self._replayed.get(id(entry))
+                    if replayed is None:
+                        replayed = self._replayed[id(entry)] = (entry, attribution.describe_calls(entry))
+                info = replayed[1][i]
                 lines = info.lines
             key = (device, id(entry), i)  # one row per kernel of each schedule
             with self._lock:
@@ -218,5 +225,4 @@ def profile() -> Profile:
     return Profile()
 
 
-capture.DESCRIBE = attribution.describe_calls  # so that replayed kernels can be named ...
-capture.STAMP_SOURCES = sources.stamping      # ... with the user's lines
+capture.STAMP_SOURCES = sources.stamping  # (a capture's schedules carry the user's lines)
