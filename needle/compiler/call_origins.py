@@ -1,7 +1,7 @@
 """What each call of a schedule computes, in the user's terms, recorded when it is
 planned: the frontend ops it fused, the IR primitives, the user's source lines (for
 nodes built while a profile or a capture stamped them), the bytes it moves and a
-matmul's flops.  The profiler and needle.viz read it from the call: no re-planning,
+matmul's flops.  The profiler reads it from the call: no re-planning,
 no matching of calls with groups by kernel name.  It holds no node (a cached schedule
 must not keep a graph or its data alive)."""
 from __future__ import annotations
