@@ -15,7 +15,6 @@ import numpy as np
 from ..dtypes import NAMES, np_dtype
 from . import host_memory, numpy_kernels
 from .course_api import CourseKernels
-from . import ndarray
 from .device_identity import DeviceIdentity
 from .ndarray import NDArray
 
@@ -264,8 +263,6 @@ def cuda() -> CUDADevice:
 def default_device() -> Device:
     return _CPU
 
-
-ndarray.DEFAULT_DEVICE = _CPU
 
 
 def all_devices() -> list:

@@ -21,7 +21,8 @@ from ..shapes import (basic_index, broadcast_shapes, compact_strides, infer_resh
                       normalize_axes, prod, reshape_strides)
 
 
-#: the device of arrays made without one: cpu(), set by devices.py (which defines it)
+#: the device of arrays made without one: cpu(), which devices.py defines above this
+#: module (a port, filled by needle/wiring.py)
 DEFAULT_DEVICE = None
 
 

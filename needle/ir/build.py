@@ -30,7 +30,7 @@ STAMP = None
 
 
 #: the class of the nodes built here: lazy.LazyArray (a Node that answers to NDArray's
-#: methods), which installs itself; its methods are written with these builders
+#: methods, written with these builders), a port filled by needle/wiring.py
 NODE_TYPE = None
 
 

@@ -224,5 +224,3 @@ def profile() -> Profile:
     """`with needle.profile() as p:` records every kernel launched inside the block."""
     return Profile()
 
-
-capture.STAMP_SOURCES = sources.stamping  # (a capture's schedules carry the user's lines)
