@@ -92,10 +92,10 @@ def available(impl: str) -> bool:
 
 def thread_env(threads: int) -> dict:
     env = dict(os.environ)
-    for var in ("NEEDLE_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    # PJRT_NPROC sizes jax's CPU thread pools (jax 0.10 ignored XLA_FLAGS'
+    # intra_op_parallelism_threads: four threads computed; see bench_training.py)
+    for var in ("NEEDLE_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PJRT_NPROC"):
         env[var] = str(threads)
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
-                        f" intra_op_parallelism_threads={threads}").strip()
     return env
 
 
