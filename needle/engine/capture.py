@@ -142,17 +142,14 @@ def current():
     return getattr(_LOCAL, "recorder", None)
 
 
-_active = current
-
-
 def read_state(tensor, data) -> None:
-    r = _active()
+    r = current()
     if r is not None:
         r.read_state(tensor, data)
 
 
 def created(tensor) -> None:
-    r = _active()
+    r = current()
     if r is not None:
         r.created_ids.add(id(tensor))
 
@@ -160,13 +157,13 @@ def created(tensor) -> None:
 def grad_set(tensor) -> None:
     """needle set `tensor.grad` (backward, reset_grad): what it was before the call
     matters to the call only if something read it first (its data: a read_state)."""
-    r = _active()
+    r = current()
     if r is not None:
         r.grads_set.add(id(tensor))
 
 
 def draw(fn, args, kwargs, tensor) -> None:
-    r = _active()
+    r = current()
     if r is not None:
         r.actions.append(("draw", len(r.draws), len(r.runs)))
         r.draws.append((fn, args, kwargs, tensor._cached_data))
@@ -175,7 +172,7 @@ def draw(fn, args, kwargs, tensor) -> None:
 def host_array(array, data) -> None:
     """A Tensor was made from `array` (numpy, a list, an NDArray): the capture finds
     out whether it is an argument (an input of every replay) or a constant."""
-    r = _active()
+    r = current()
     if r is not None:
         r.host_arrays.append((array, data, user_line(sys._getframe(1))))
 
@@ -185,7 +182,7 @@ def on_replay(callback, *changes) -> None:
     state the step advances, such as an optimizer's step count).  The attributes it
     changes on its own object (a bound method's) and on `changes` are not guards of
     the capture.  A no-op when nothing is being captured."""
-    r = _active()
+    r = current()
     if r is not None:
         r.actions.append(("call", callback, len(r.runs)))
         owner = getattr(callback, "__self__", None) or getattr(getattr(callback, "func", None), "__self__", None)
@@ -195,7 +192,7 @@ def on_replay(callback, *changes) -> None:
 def live(obj, read) -> None:
     """`read` (a lambda over `obj`'s attributes) is read again at every replay: those
     attributes are no guards of the capture (a learning rate a scheduler changes)."""
-    r = _active()
+    r = current()
     if r is not None:
         r.live.append((obj, read.__code__.co_names))
 
@@ -205,7 +202,7 @@ def guard(read) -> None:
     comparable value) equals what it is now: for a branch taken on a value that is
     otherwise read at each replay (`if self.momentum:` in an optimizer).
     A no-op when nothing is being captured."""
-    r = _active()
+    r = current()
     if r is not None:
         r.guards.append((read, read()))
 
@@ -214,13 +211,13 @@ def check(array, fn) -> None:
     """Have replays call `fn(values)` on the host values of the input that `array`
     (an NDArray the function checked on the host: labels, index values) is at that
     replay, so bad data raises as it does without needle.jit."""
-    r = _active()
+    r = current()
     if r is not None:
         r.checks.append((array, fn))
 
 
 def host(fn, inputs, outputs, device) -> None:
-    r = _active()
+    r = current()
     if r is not None:
         r.runs.append(HostRun(fn, inputs, outputs, device))
 
@@ -229,7 +226,7 @@ def host_read(what: str, frame=None) -> None:
     """Raise JitError if a capture is running on this thread: `what` (a `.numpy()`,
     `.item()`, printing, a Python `if` on a tensor) would read a value back to Python,
     and a replay, which does not run the function's Python, could not do the same."""
-    if _active() is not None:
+    if current() is not None:
         raise JitError(f"needle.jit: {what} reads a tensor's value inside the captured function, "
                        f"at {user_line(frame or sys._getframe(1))}; a replay does not run Python, so it cannot "
                        "be captured. Return the tensor and read it after the call (or use NEEDLE_JIT=0).")
@@ -238,4 +235,4 @@ def host_read(what: str, frame=None) -> None:
 def reading_from_user_code() -> bool:
     """Whether the caller's caller is user code (not needle): `t.cached_data` read by
     the function being captured is a host read; needle's own reads are not."""
-    return _active() is not None and not sys._getframe(2).f_code.co_filename.startswith(_NEEDLE_DIR)
+    return current() is not None and not sys._getframe(2).f_code.co_filename.startswith(_NEEDLE_DIR)

@@ -137,7 +137,8 @@ def realize(nodes) -> None:
         backend.finish()
         counters.add("run_seconds", time.perf_counter() - t0)
         counters.add("schedules")
-        if capture.CURRENT is not None and capture.current() is not None:  # (needle.jit records the call it captures)
-            capture.current().schedule(entry, leaves, scalars, device, outputs)
+        recorder = capture.current() if capture.CURRENT is not None else None
+        if recorder is not None:  # (needle.jit records the call it captures)
+            recorder.schedule(entry, leaves, scalars, device, outputs)
     for node, array in zip(nodes, outputs):
         node.become_buffer(array)

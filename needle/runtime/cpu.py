@@ -208,9 +208,7 @@ class CompiledSchedule(ScheduleRunner):
         its team may be asleep; that one goes through `cpu_threads.launch`, the rest natively again."""
         if args is not self.tables:
             return False
-        workers = cpu_threads.WORKERS
-        workers.clock[2] = cpu_threads.TEAM.now(time.perf_counter())
-        clock = workers.clock_address
+        clock = cpu_threads.clock()
         self.own_block[7] = clock  # (the tables are this thread's until the run ends)
         i, n = self.native(self.own_block_ptr), self.n_calls
         while i < n:  # a threaded kernel whose team may be asleep
@@ -224,9 +222,8 @@ class CompiledSchedule(ScheduleRunner):
 
     def launch(self, args, i, limits, timed):
         if i == 0:  # fill every kernel's pointer list from `args`' slots, launching none
-            cpu_threads.WORKERS.clock[2] = cpu_threads.TEAM.now(time.perf_counter())
             gather = launcher.block(0, 0, args.ptrs_ptr, self.slots_ptr, self.shifts_ptr, args.table_ptr,
-                                    self.slot_matrix.size, cpu_threads.WORKERS.clock_address)
+                                    self.slot_matrix.size, cpu_threads.clock())
             self.native(gather.ctypes.data)
         t0 = time.perf_counter()
         limits = np.asarray(limits, dtype=np.int64) if limits is not None else None

@@ -87,6 +87,14 @@ class _Workers(threading.local):
 TEAM = Team()
 WORKERS = _Workers()
 
+def clock() -> int:
+    """The address of this thread's clock block, its team size brought up to date: read
+    by the native launch loop and by `launch` (once per schedule run)."""
+    workers = WORKERS
+    workers.clock[2] = TEAM.now(time.perf_counter())
+    return workers.clock_address
+
+
 #: how long a team's measured wake-up stands: after this, a kernel after an idle spell
 #: goes to the workers again (the host may have calmed down or got busier)
 RETRY_AFTER = 1.0

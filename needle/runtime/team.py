@@ -41,6 +41,9 @@ def _cpus() -> frozenset:
         return frozenset(range(os.cpu_count() or 1))
 
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc's time unit, per second
+
+
 def _busy_seconds(cpus: frozenset):
     """Seconds the CPUs `cpus` have been busy since boot, or None where /proc/stat
     cannot be read."""
@@ -60,9 +63,6 @@ def _busy_seconds(cpus: frozenset):
     return ticks / _TICKS
 
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
 def _process_seconds(pid: int):
     """utime + stime of process `pid` (from /proc/<pid>/stat), or None when it is gone."""
     try:
@@ -78,12 +78,12 @@ class Team:
     again at most every INTERVAL seconds.  `config.ADAPT_THREADS` off: all the CPUs."""
 
     def __init__(self):
-        self.cpus = _cpus()
-        self.size = len(self.cpus)
         self.others = []  # cores other processes used, last READINGS intervals
-        self._workers = {}  # compile worker pid -> its CPU seconds when last read
+        self._workers = {}  # compile worker pid (of compile_pool.STARTED) -> its CPU seconds when last read
+        self._gone = 0.0  # CPU seconds of the workers no longer listed there
         self._lock = threading.Lock()
-        self._last = self._reading()
+        self._last = self._reading()  # (sets self.cpus)
+        self.size = len(self.cpus)
         self._next = self._last[0] + INTERVAL
 
     def _reading(self) -> tuple:
@@ -93,11 +93,14 @@ class Team:
     def _workers_seconds(self) -> float:
         """CPU seconds of this process's compile workers, which compile its kernels and
         are not another process's load (a worker that exits keeps its last count)."""
-        for pid in compile_pool.STARTED:
+        started = set(compile_pool.STARTED)
+        for pid in [pid for pid in self._workers if pid not in started]:
+            self._gone += self._workers.pop(pid)  # (bounded as STARTED is)
+        for pid in started:
             seconds = _process_seconds(pid)
             if seconds is not None:
                 self._workers[pid] = seconds
-        return sum(self._workers.values())
+        return self._gone + sum(self._workers.values())
 
     def now(self, now: float) -> int:
         """The team size at `now` (perf_counter)."""

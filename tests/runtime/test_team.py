@@ -119,6 +119,9 @@ def test_our_compile_workers_are_not_others(monkeypatch):
         assert machine.run(t, team.INTERVAL, ours=0.0, others=2.0) == 2
     del machine.workers[102]  # one exits
     assert machine.run(t, team.INTERVAL, ours=1.0, others=0.0) == 2
+    team.compile_pool.STARTED.remove(101)  # one leaves the pool's (bounded) list: its count stays
+    assert machine.run(t, team.INTERVAL, ours=1.0, others=0.0) == 2
+    assert set(t._workers) == {102}
 
 
 def test_process_seconds_reads_proc():
