@@ -21,7 +21,8 @@ it; the layers below report to it, each through one cheap check on its own path
 - `host_read(what)`: a value is about to be read back to Python, which a replay
   cannot repeat: JitError naming the user's line.
 
-This module imports nothing from needle above the error classes, so every layer
+This module imports nothing from needle above the error classes and the observed
+flag (it raises `observing.OBSERVED` while any thread records), so every layer
 can call into it.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ import os
 import sys
 import threading
 
+from .. import observing
 from ..errors import JitError
 
 #: RECORDING while any thread records a call, else None (read on hot paths: a plain module
@@ -133,8 +135,11 @@ def recording(recorder):
 def _count(change: int) -> None:
     global CURRENT
     with _LOCK:
+        was = _ACTIVE[0]
         _ACTIVE[0] += change
         CURRENT = RECORDING if _ACTIVE[0] else None
+        if bool(was) != bool(_ACTIVE[0]):
+            (observing.start if _ACTIVE[0] else observing.stop)("capture")
 
 
 def current():

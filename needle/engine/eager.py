@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import time
 
-from .. import config
+from .. import config, observing
 from ..compiler.schedule import structure
 from ..ir import build
 from ..runtime import counters
-from . import backends, capture, schedule_cache
+from . import backends, schedule_cache
 
 #: (op, operands' layouts and aliasing, target) -> (structure key, operand of each
 #: leaf slot, whether it takes the scalar); bounded: cleared when it grows past this
@@ -32,7 +32,7 @@ def _run(op_key, build_node, *arrays, scalar=None):
     names the op and every static argument; `scalar` is the run-time scalar, if any."""
     device = arrays[0].device
     backend = backends.of(device)
-    fast = backend.eager_shortcut and not config.DEBUG and _unobserved()
+    fast = backend.eager_shortcut and not config.DEBUG and not observing.OBSERVED
     if fast:
         cache = schedule_cache.CACHES[backend.name]
         target = cache.target()
@@ -40,7 +40,7 @@ def _run(op_key, build_node, *arrays, scalar=None):
                tuple([a is b for a in arrays for b in arrays]), target)
         known = _KNOWN.get(key)
         if known is not None:
-            entry = cache.entries.get((known[0], target, False))  # (no stamping: see _unobserved)
+            entry = cache.entries.get((known[0], target, False))  # (no stamping: nothing observes)
             if entry is not None:
                 scalars = [build.scalar_value(scalar, arrays[0].dtype)] if known[2] else []
                 return _launch(entry, [arrays[i] for i in known[1]], scalars, device)
@@ -55,12 +55,6 @@ def _run(op_key, build_node, *arrays, scalar=None):
                        bool(signature.scalars))
     schedule_cache.realize([node])
     return node.arg
-
-
-def _unobserved() -> bool:
-    """No profile, capture or needle.viz watches the schedules (they see graphs, not the shortcut)."""
-    return (capture.CURRENT is None and schedule_cache.CACHES[backends.CPU.name].observer is None
-            and schedule_cache.WATCH is None)
 
 
 def _position(leaf, arrays) -> int:

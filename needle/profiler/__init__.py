@@ -25,8 +25,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from .. import observing
 from ..errors import ArgumentError, NeedleError
-from ..engine import capture
 from . import attribution, report, sources
 
 _active_lock = threading.Lock()
@@ -102,6 +102,7 @@ class Profile:
             module.KERNEL_TIMER = self._make_timer(device)
             cache.observer = self._make_observer(cache, device)
             self._caches.append((module, cache))
+        observing.start("profile")
         self._own_stamping = not sources.installed()  # (needle.viz may keep it on around us)
         sources.install()
 
@@ -111,6 +112,8 @@ class Profile:
         for module, cache in self._caches:
             module.KERNEL_TIMER = None
             cache.observer = None
+        if self._caches:
+            observing.stop("profile")
         self._caches.clear()
 
     # ---- hooks ------------------------------------------------------------------------------

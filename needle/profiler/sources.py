@@ -21,6 +21,8 @@ import time
 import weakref
 from typing import Optional, Tuple
 
+from .. import observing
+
 
 _LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # needle/
 _USER_INSIDE = (_LIBRARY + "cli" + os.sep,)
@@ -117,6 +119,7 @@ def install() -> None:
     _CODES = _codes()
     _last.where = None
     build.STAMP, autograd.MADE = _stamp_new, _note_made
+    observing.start("stamping")  # (the eager shortcut builds no node to stamp)
 
 
 def uninstall() -> None:
@@ -125,6 +128,7 @@ def uninstall() -> None:
     if installed():
         build.STAMP = autograd.MADE = None
         _tensor_lines.clear()
+        observing.stop("stamping")
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from .. import config
+from .. import config, observing
 from ..backend_ndarray import host_memory
 from ..backend_ndarray.ndarray import NDArray
 from ..dtypes import DTYPES
@@ -96,7 +96,7 @@ class CompiledSchedule(ScheduleRunner):
         general loop's tests and hook calls (tables, temps, the timer), which cost a small
         replay a good part of its time.  Any other run takes the general loop."""
         args = self.tables
-        if (self.general_only or KERNEL_TIMER is not None or (self.temp_slots and args.kept_temp is None)
+        if (self.general_only or observing.OBSERVED or (self.temp_slots and args.kept_temp is None)
                 or config.DEBUG >= 2 or not self.tables_free.acquire(False)):
             return super().run(leaves, scalars, device)
         try:

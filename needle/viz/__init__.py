@@ -24,7 +24,7 @@ import contextlib
 import os
 import sys
 
-from .. import config
+from .. import config, observing
 from ..engine import schedule_cache
 from ..errors import NeedleError
 from ..profiler import sources
@@ -47,6 +47,7 @@ def start(limit: int = None) -> Recorder:
     _stamping = sources.stamping()
     _stamping.__enter__()  # every node built records the user's line
     schedule_cache.WATCH = recorder.watch
+    observing.start("viz")
     return recorder
 
 
@@ -55,6 +56,8 @@ def stop() -> None:
     global _stamping
     watch = schedule_cache.WATCH
     schedule_cache.WATCH = None
+    if watch is not None:
+        observing.stop("viz")
     recorder = getattr(watch, "__self__", None)
     if recorder is not None:
         recorder.close()
