@@ -6,15 +6,16 @@ backend_ndarray.devices), the CUDA device reaches its memory through the runtime
 (`CUDAStorage`), an NDArray made without a device gets the CPU, the IR's builders
 make lazy nodes (`ir.build.NODE_TYPE`), an IR node asks the engine to compute it
 (`ir.lazy.REALIZE`), a capture stamps the user's lines through the profiler
-(`engine.capture.STAMP_SOURCES`), and `needle.ir.dump`'s later stages come from the
-engine and the autograd picture (`ir.VIEWS`).  Each port is declared where it is called; `wire()` fills them all,
-once, when `import needle` runs, so no module changes another by being imported.
+(`engine.capture.STAMP_SOURCES`), and `needle.ir.graph`/`dump`/`visualize`, the public
+names of needle.inspect's faces (which sit above the engine), are given to `needle.ir`.
+Each port is declared where it is called; `wire()` fills them all, once, when
+`import needle` runs, so no module changes another by being imported.
 """
 from __future__ import annotations
 
-from . import autograd_graph, ir
+from . import inspect, ir
 from .backend_ndarray import devices, ndarray
-from .engine import capture, eager, realize, stages
+from .engine import capture, eager, realize
 from .ir import build, lazy
 from .profiler import sources
 from .runtime import cuda
@@ -27,5 +28,4 @@ def wire() -> None:
     build.NODE_TYPE = lazy.LazyArray            # the nodes the IR's builders make
     lazy.REALIZE = realize.realize_nodes
     capture.STAMP_SOURCES = sources.stamping    # a capture stamps the user's lines
-    ir.register_view("compiler", stages)
-    ir.register_view("autograd", autograd_graph)
+    ir.graph, ir.dump, ir.visualize = inspect.graph, inspect.dump, inspect.visualize  # (public names)

@@ -5,10 +5,10 @@ import pathlib
 
 import needle
 import needle as ndl
-from needle import autograd_graph, ir
+from needle import inspect, ir
 from needle.backend_ndarray import ndarray
 from needle.backend_ndarray.devices import CompiledDevice, CUDADevice
-from needle.engine import capture, eager, realize, stages
+from needle.engine import capture, eager, realize
 from needle.ir import build, lazy
 from needle.profiler import sources
 from needle.runtime import cuda
@@ -20,7 +20,7 @@ PORTS = {"eager", "runtime", "REALIZE"}
 def test_import_needle_fills_every_port():
     assert CompiledDevice.eager is eager and CUDADevice.runtime is cuda
     assert lazy.REALIZE is realize.realize_nodes
-    assert ir.VIEWS == {"compiler": stages, "autograd": autograd_graph}
+    assert (ir.graph, ir.dump, ir.visualize) == (inspect.graph, inspect.dump, inspect.visualize)
     assert ndarray.DEFAULT_DEVICE is ndl.cpu() and build.NODE_TYPE is lazy.LazyArray
     assert capture.STAMP_SOURCES is sources.stamping
 

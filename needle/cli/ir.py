@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import ir
+from .. import inspect
 from ..backend_selection import cpu
 from ..ir.nodes import toposort
 from ..ir.printer import output_nodes
@@ -18,7 +18,7 @@ from .workloads import WORKLOADS, get
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", choices=sorted(WORKLOADS), help="a built-in workload")
-    p.add_argument("--stage", default="graph", choices=ir.STAGES, help="what to show (default: graph)")
+    p.add_argument("--stage", default="graph", choices=inspect.STAGES, help="what to show (default: graph)")
     p.add_argument("--svg", metavar="FILE", help="draw the graph (stage graph or fused) to FILE "
                                                   "(.svg, .png or .dot) instead of printing")
     p.add_argument("--full", action="store_true", help="full sizes instead of the quick ones")
@@ -43,10 +43,10 @@ def run(args) -> str:
     if args.svg:
         if args.stage not in ("graph", "fused"):
             raise ValueError(f"--svg draws stage graph or fused, not {args.stage}")
-        path = ir.visualize(*outs, path=args.svg, stage=args.stage)
+        path = inspect.visualize(*outs, path=args.svg, stage=args.stage)
         nodes = len(toposort(output_nodes(outs)))
         print(f"wrote {path} ({args.workload}, stage {args.stage}, {nodes} nodes)")
         return path
-    text = ir.dump(*outs, stage=args.stage)
+    text = inspect.dump(*outs, stage=args.stage)
     print(text)
     return text
