@@ -63,6 +63,15 @@ def consumer_counts(outputs) -> dict:
     return counts
 
 
+def _written(out):
+    """An output that folded to a leaf (a constant, a run-time scalar, or a view of a
+    buffer read in place) has no kernel computing it, yet its slot must be written:
+    a copy writes it."""
+    if out.op in ("buffer", "const", "param"):
+        return Node("copy", (out,), None, out.shape, out.dtype, out.device, out.origin)
+    return out
+
+
 class _Folder:
     def __init__(self, outputs, read_windows: bool):
         self.outputs = outputs
@@ -74,7 +83,7 @@ class _Folder:
         self.reasons = {}
 
     def run(self) -> FoldedGraph:
-        return FoldedGraph([self.fold(n, ()) for n in self.outputs], self.reasons)
+        return FoldedGraph([_written(self.fold(n, ())) for n in self.outputs], self.reasons)
 
     # chain: movement ops (op, arg) to apply to `node`, first element applied first
     def fold(self, node, chain):

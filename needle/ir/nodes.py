@@ -43,11 +43,12 @@ class RuntimeScalar(float):
     (`needle.jit`): `provider()` recomputes it (an optimizer's learning rate, its
     bias corrections).  Never baked into a kernel, so the kernel serves every value."""
 
-    __slots__ = ("provider",)
+    __slots__ = ("provider", "nodes")
 
     def __new__(cls, provider):
         self = super().__new__(cls, provider())
         self.provider = provider
+        self.nodes = None  # its `param` node per (shape, dtype, device), weakly: ir.build.param
         return self
 
     @property

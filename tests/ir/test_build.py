@@ -99,3 +99,29 @@ def test_sum_of_disjoint_assembles_is_one_assemble():
     want[:, 0:1] += pieces[0].numpy()
     want[:, 0::2] += wide.numpy()
     np.testing.assert_allclose(overlapping.numpy(), want, rtol=1e-6)
+
+
+def test_a_runtime_scalar_has_one_param_node_per_shape():
+    """An optimizer's scalar used on many parameters is one node per shape (the
+    compiler merges them anyway); the values stay right, also after a node was
+    itself an output (then it holds a value, and a new node is made)."""
+    import gc
+    from needle.ir.nodes import RuntimeScalar
+    cpu = ndl.cpu()
+    lr = RuntimeScalar(lambda: 0.25)
+    a, b = build.param(lr, (2, 3), "float32", cpu), build.param(lr, (2, 3), "float32", cpu)
+    assert a is b and a.op == "param"
+    assert build.param(lr, (3,), "float32", cpu) is not a
+    assert build.param(lr, (2, 3), "float64", cpu) is not a
+    from needle.engine.realize import realize_nodes
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    xa = ndl.backend_ndarray.array(x, device=cpu)
+    out = as_lazy(xa) * a + as_lazy(xa) * b
+    realize_nodes([out, a])
+    np.testing.assert_array_equal(out.arg.numpy(), x * np.float32(0.25) + x * np.float32(0.25))
+    np.testing.assert_array_equal(a.arg.numpy(), np.full((2, 3), 0.25, np.float32))
+    c = build.param(lr, (2, 3), "float32", cpu)
+    assert c is not a and c.op == "param"
+    del a, b, c, out
+    gc.collect()
+    assert all(ref() is None for ref in lr.nodes.values())  # held weakly: no cycle keeps them
