@@ -19,6 +19,7 @@ import ctypes.util
 import hashlib
 import threading
 import time
+import types
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -29,6 +30,9 @@ from ..target import Target
 from . import counters
 from . import compile_pool, disk_cache, llvm_compile
 from .lru import LRUCache
+
+#: needle's package name: a renderer among its modules is imported by the compile workers
+_PACKAGE = __name__.split(".")[0]
 
 _lock = threading.RLock()
 _state = {}
@@ -198,7 +202,13 @@ def _compile(missing, target: Target, renderer) -> list:
     Two or more kernels go to the compile workers (config.COMPILE_WORKERS)."""
     def jobs():
         for kernel, key in missing:
-            yield _render(kernel, key, target, renderer), target.cpu, target.features, level_for(kernel)
+            job = llvm_compile.Job(target.cpu, target.features, level_for(kernel), None, renderer.__name__, kernel,
+                                   _symbol(key), target.bounds_check, target.vector_bytes)
+            if not in_workers:  # (a renderer a worker cannot import: rendered here)
+                job = job._replace(text=_render(kernel, key, target, renderer), renderer="", kernel=None)
+            yield job
+
+    in_workers = isinstance(renderer, types.ModuleType) and renderer.__name__.split(".")[0] == _PACKAGE
 
     workers = min(config.COMPILE_WORKERS, len(missing))
     if len(missing) >= 2 and workers >= 1:
@@ -223,7 +233,7 @@ def _render(kernel, key: str, target: Target, renderer) -> str:
 def _compile_here(job):
     with _lock:  # the in-process target machines are not shared between threads
         try:
-            return True, llvm_compile.compile_ir(*job)
+            return True, llvm_compile.compile_job(job)
         except ValueError as e:
             return False, str(e)
 

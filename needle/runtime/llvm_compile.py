@@ -1,9 +1,14 @@
-"""LLVM IR text in, object code out: the part of the JIT that needs no Python
-state, run in this process or in a compile worker.
+"""Kernel IR in, object code out: the part of the JIT that needs no Python state,
+run in this process or in a compile worker.  A job (`Job`) names its renderer
+(needle.codegen.llvm, which turns kernel IR into LLVM IR text) and carries the
+kernel, so rendering, the slower half of a cold compile in Python, runs in the
+workers in parallel too.
 
 This file is also the worker (see compile_pool): run on its own it reads jobs
-from stdin and writes object code to stdout.  It imports nothing but llvmlite
-and the standard library, so a worker is up in about 0.2 s.
+from stdin and writes object code to stdout.  It imports llvmlite and the standard
+library, and the renderer's modules without needle's package `__init__` (the code
+generators import nothing of needle outside needle.codegen), so a worker starts
+fast.
 
 Optimization levels (LEVELS), named in the kernel cache key:
 - "O2": LLVM's O2 pipeline with vectorization, unrolling and interleaving: the
@@ -15,9 +20,13 @@ Optimization levels (LEVELS), named in the kernel cache key:
 """
 from __future__ import annotations
 
+import importlib
+import os
 import pickle
 import struct
 import sys
+import types
+from typing import NamedTuple, Optional
 
 import llvmlite.binding as llvm
 
@@ -70,6 +79,43 @@ def compile_ir(text: str, cpu: str, features: str, level: str) -> bytes:
     return _machine(cpu, features).emit_object(optimize(text, cpu, features, level))
 
 
+class Job(NamedTuple):
+    """One kernel to compile with `level`'s pipeline for `cpu` and `features`: its
+    LLVM IR `text`, or (when None) what renders it: the module named `renderer`
+    renders `kernel` with `symbol`, `bounds_check` and `vector_bytes`."""
+    cpu: str
+    features: str
+    level: str
+    text: Optional[str] = None
+    renderer: str = ""
+    kernel: object = None
+    symbol: str = ""
+    bounds_check: bool = False
+    vector_bytes: int = 0
+
+    def render(self) -> str:
+        if self.text is not None:
+            return self.text
+        return importlib.import_module(self.renderer).render(
+            self.kernel, self.symbol, bounds_check=self.bounds_check, vector_bytes=self.vector_bytes)
+
+
+def compile_job(job: Job) -> bytes:
+    return compile_ir(job.render(), job.cpu, job.features, job.level)
+
+
+def _package_without_init() -> None:
+    """Make needle's modules importable in a worker without running the package's
+    `__init__` (which would import all of needle and start its runtime): an empty
+    package module over the same folder."""
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    name = os.path.basename(folder)
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [folder]
+        sys.modules[name] = package
+
+
 # ---- the worker: length-prefixed pickles over stdin/stdout ---------------------------------
 def write_message(stream, obj) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -90,14 +136,19 @@ def read_message(stream):
 
 
 def serve(inp, out) -> None:
-    """Answer each (text, cpu, features, level) job with (True, object code) or
-    (False, error message) until the parent closes stdin."""
+    """Answer each Job with (True, object code) or (False, error message) until the
+    parent closes stdin."""
+    _package_without_init()  # (before the first job's kernel is unpickled)
     while True:
-        job = read_message(inp)
+        try:
+            job = read_message(inp)
+        except Exception as e:  # (a kernel that does not unpickle here: the parent renders it)
+            write_message(out, (False, f"{type(e).__name__}: {e}"))
+            continue
         if job is None:
             return
         try:
-            reply = (True, compile_ir(*job))
+            reply = (True, compile_job(job))
         except Exception as e:  # reported to the parent, which raises CompileError
             reply = (False, f"{type(e).__name__}: {e}")
         write_message(out, reply)

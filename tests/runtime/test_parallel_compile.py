@@ -2,6 +2,7 @@
 same object code and the same values as compiling here; the optimization level is
 part of the cache key; a failing compile names its kernel; nothing is leaked."""
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -67,11 +68,49 @@ def test_worker_object_code_is_the_in_process_object_code(cold):
     several_kernels(np.random.default_rng(4))[0].numpy()
     assert len(seen) >= 2
     target = schedule_cache.cpu_target()
-    jobs = [(ir, target.cpu, target.features, level) for ir, level in seen]
+    jobs = [llvm_compile.Job(target.cpu, target.features, level, ir) for ir, level in seen]
     pooled = compile_pool.compile_all(iter(jobs), 2)
-    here = [llvm_compile.compile_ir(*job) for job in jobs]
+    here = [llvm_compile.compile_ir(ir, target.cpu, target.features, level) for ir, level in seen]
     assert [ok for ok, _ in pooled] == [True] * len(jobs)
     assert [obj for _, obj in pooled] == here
+
+
+def test_workers_render_needles_kernels_as_this_process_does(cold):
+    """A job carrying the kernel (rendered in the worker, which imports needle's code
+    generator without the package's __init__) gives the bytes of rendering and
+    compiling here."""
+    jobs = []
+    compile_kernels = jit.compile_kernels
+
+    def capture(kernels, target, renderer):
+        jobs.extend(llvm_compile.Job(target.cpu, target.features, jit.level_for(k), None, renderer.__name__, k,
+                                     f"k_{len(jobs) + i}", target.bounds_check, target.vector_bytes)
+                    for i, k in enumerate(kernels))
+        here.extend(llvm_compile.compile_ir(llvm_codegen.render(k, f"k_{len(here) + i}", bounds_check=target.bounds_check,
+                                                                 vector_bytes=target.vector_bytes),
+                                            target.cpu, target.features, jit.level_for(k))
+                    for i, k in enumerate(kernels))
+        # (copied now, as a worker receives them: compile_kernels releases their statements after)
+        jobs[-len(kernels):] = [pickle.loads(pickle.dumps(j)) for j in jobs[-len(kernels):]]
+        return compile_kernels(kernels, target, renderer)
+    here = []
+    cold.setattr(jit, "compile_kernels", capture)
+    several_kernels(np.random.default_rng(9))[0].numpy()
+    assert len(jobs) >= 2 and jobs[0].renderer == "needle.codegen.llvm"
+    pooled = compile_pool.compile_all(iter(jobs), 2)
+    assert [ok for ok, _ in pooled] == [True] * len(jobs)
+    assert [obj for _, obj in pooled] == here
+
+
+def test_a_worker_does_not_import_needle():
+    """The worker's imports: llvmlite, numpy and needle.codegen, not needle's package."""
+    code = ("import sys, runpy; m = runpy.run_path(sys.argv[1]); m['_package_without_init'](); "
+            "import needle.codegen.llvm; print(sorted(k for k in sys.modules if k.startswith('needle')))")
+    out = subprocess.run([sys.executable, "-c", code, llvm_compile.__file__], capture_output=True, text=True,
+                         check=True, cwd="/").stdout
+    loaded = eval(out)
+    assert "needle.codegen.llvm" in loaded
+    assert all(k == "needle" or k.startswith("needle.codegen") for k in loaded), loaded
 
 
 class FakeKernel:
