@@ -12,6 +12,7 @@ from ..backend_selection import array_api
 from .records import CONST, DRAW, OUT, SRC, Run, Source, layout, scalars_of
 from .step import CapturedStep
 from .numpy_args import TracedArray, recipe_of
+from . import world_effects
 from .places import ALL, SIMPLE, GradOf, Read, Slot, where_of
 
 
@@ -201,14 +202,14 @@ class Builder:
         for k, source in enumerate(self.sources):
             if source.kind == "slot":
                 fed.setdefault(where_of(source.where.container, source.where.key), []).append((k, source.where.pos))
-        changes = self.world.diff()
+        changes = world_effects.diff(self.world)
         found = {id(c.tensor) for c, _, _ in changes if isinstance(c, GradOf)}
         changes += [(GradOf(t), "grad", t.grad) for t in self.world.holders if id(t) in grads_set and id(t) not in found]
         for container, key, now in changes:
             if isinstance(container, Read):
-                raise Unsupported(f"the step changes {self.world.path(container, key)} (read through a reference)")
+                raise Unsupported(f"the step changes {world_effects.path(self.world, container, key)} (read through a reference)")
             template = self.template(now) if key is not ALL else ("seq", list, [self.template(v) for v in now])
-            out.append(("slot", (container, key), template, self.world.refresher(container, key, now),
+            out.append(("slot", (container, key), template, world_effects.refresher(self.world, container, key, now),
                         fed.get(where_of(container, key), ())))
         for i, x in enumerate(self.call.inputs):
             if x.grad is not self.call.input_grads[i]:

@@ -40,7 +40,7 @@ from ..autograd import Tensor, tensors_in
 from ..errors import JitError
 from ..engine import capture
 from ..engine.realize import pending_nodes, realize_nodes
-from . import verify as verifying
+from . import verify as verifying, world_effects
 from .build import Unsupported, build
 from .step import FAILS, STALE
 from .arguments import Call, Plain, traced_arguments, untraced
@@ -280,7 +280,7 @@ class JitFunction:
         except Unsupported as e:
             why = str(e)
         result = untraced(result, call)
-        for container, key, now in world.diff() if call.values else ():  # (what it kept: the user's arrays)
+        for container, key, now in world_effects.diff(world) if call.values else ():  # (what it kept: the user's arrays)
             if isinstance(now, TracedArray):
                 container[key] = untraced(now, call)
         if why is not None:
@@ -359,7 +359,7 @@ def _close(result, world, call) -> None:
     as reading it would (`p.grad_norm = ...` read after the call)."""
     realize_nodes([])
     made = list(tensors_in(result))
-    made += [now for _, _, now in world.diff() if isinstance(now, (Tensor, tuple))]
+    made += [now for _, _, now in world_effects.diff(world) if isinstance(now, (Tensor, tuple))]
     for t in list(world.holders) + call.inputs:
         made += [t, t.grad]
     for t in made:
@@ -405,7 +405,7 @@ def _exemptions(recorder, tracer, world):
     t, a scheduler's epoch), the call does not write it otherwise, no user code reads it
     by name, and user code calls nothing but `step`/`reset_grad` on its object."""
     exempt, advanced = set(), set()
-    changed = {(id(c), k) for c, k, _ in world.diff()}
+    changed = {(id(c), k) for c, k, _ in world_effects.diff(world)}
 
     def allowed(obj):
         return tracer.touched.get(id(obj), set()) <= STEP_METHODS and getattr(obj, "__dict__", None) is not None

@@ -23,6 +23,7 @@ import collections
 from operator import attrgetter, is_
 
 from ..autograd import Tensor
+from . import world_guards
 from .places import ALL, MISSING, GradOf, Slot, where_of
 from .records import (CONST, DRAW, OUT, REPLAYED, SRC, host_values, host_run, layout, place_in_pool, realized_array,
                       templates_in)
@@ -79,9 +80,9 @@ class CapturedStep:
         for read, value in self.guards:
             if read() != value:
                 return (id(read), None), f"a value needle's code branched on (was {value!r})"
-        if self.world.holds():
+        if world_guards.holds(self.world):
             return None
-        return self.world.changed()
+        return world_guards.changed(self.world)
 
     # ---- phase 1: resolve ------------------------------------------------------------------------
     def resolve(self, call):

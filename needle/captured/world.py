@@ -7,13 +7,14 @@ by each piece of user code the captured call ran (added while it runs, before th
 code runs: tracing.py).  Every dict (objects' `__dict__` included), list, set, closure
 cell and named global reachable from them is snapshot:
 
-- **guards**: Python values (numbers, strings, None, flags, members' identities,
-  lengths) must be as they were for a replay, compared in C (`snapshot == box`
-  compares members by identity first, containers and arrays by identity only); a Tensor slot needs a Tensor of the same
-  layout (its data is state, read at each replay); `requires_grad` and whether
-  `.grad` is None must be as they were;
-- **effects**: after the call, the difference between each box and its snapshot;
-  a replay writes it again (with that replay's tensors).
+- **guards** (checked by world_guards.py): Python values (numbers, strings, None,
+  flags, members' identities, lengths) must be as they were for a replay, compared
+  in C (`snapshot == box` compares members by identity first, containers and arrays
+  by identity only); a Tensor slot needs a Tensor of the same layout (its data is
+  state, read at each replay); `requires_grad` and whether `.grad` is None must be
+  as they were;
+- **effects** (world_effects.py): after the call, the difference between each box
+  and its snapshot; a replay writes it again (with that replay's tensors).
 
 Attributes read at each replay (an optimizer's lr) or advanced by replay callbacks
 (Adam's step count) are `exempt`: neither guards nor effects.
@@ -29,14 +30,14 @@ import operator
 import random
 import types
 import weakref
-from operator import attrgetter, call, eq
+from operator import attrgetter
 
 import numpy as np
 
 from ..autograd import Tensor
 from .code import user_namespace
-from .places import (ALL, MISSING, SIMPLE, Attrs, Cell, GradOf, Read, Slot, class_of, path_of, reader, rng_state, same_layout,
-                     pin, pinned_copy, same_rng_state, short, unpin)
+from .places import (MISSING, SIMPLE, Attrs, Cell, GradOf, Read, Slot, class_of, path_of, reader, rng_state, pin,
+                     pinned_copy, same_rng_state)
 
 #: objects the walk does not enter (their identity is guarded where they are held)
 OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, np.dtype)
@@ -269,166 +270,6 @@ class World:
             while stack:
                 self.add(*stack.pop())
 
-    # ---- guards ---------------------------------------------------------------------------
-    def holds(self) -> bool:
-        """Whether every guard holds now; compared in C, Tensors by identity.  When this
-        says no, `changed()` tells whether a difference matters (and refreshes the
-        snapshots when none does)."""
-        try:  # (in C: each box against its snapshot, members by identity first)
-            if not all(map(eq, self._snapshot_list, self._box_list)):  # (snapshot first: its Same compare)
-                return False
-        except Exception:  # (a member whose == raises: a numpy array replaced by another)
-            return False
-        if self.cells and self.cell_values != _contents(self.cells):
-            return False
-        for namespace, names, values, _ in self.globals:
-            try:
-                if values != tuple(map(namespace.__getitem__, names)):
-                    return False
-            except Exception:  # (a KeyError, or a member's == raising)
-                return False
-        if list(map(_grad, self.grad_holders)) != self.grads or list(map(_flag, self.holders)) != self.flags:
-            return False
-        if list(map(type, map(call, self._class_refs))) != self._class_then:
-            return False
-        for values, copy, _ in self.arrays:
-            if not np.array_equal(values, copy):
-                return False
-        return True
-
-    def changed(self):
-        """None when every difference from the snapshots is one a replay follows (a Tensor
-        slot holding another Tensor of the same layout, an exempt attribute), after
-        refreshing those snapshots; else the first difference: (where, description),
-        where as `where_of` gives it."""
-        for entry in self.boxes:
-            box, snapshot, path = entry
-            if _equal(box, snapshot):
-                continue
-            mapping = isinstance(box, (dict, types.MappingProxyType))
-            if not mapping or len(box) != len(snapshot):
-                if not isinstance(box, list) or len(box) != len(snapshot):
-                    return (id(box), ALL), f"{path or 'a container'} (was {short(list(map(unpin, snapshot)))}, " \
-                                           f"now {short(box)})"
-                for i, (before, now) in enumerate(zip(snapshot, box)):
-                    if not same_layout(unpin(before), now):
-                        return (id(box), i), f"{path_of(path, i)} (was {short(unpin(before))}, now {short(now)})"
-            else:
-                owner = id(self._class_of.get(id(box), box))  # (a class's attribute: where_of(Attrs(class)))
-                for key, before in snapshot.items():
-                    now, before = box.get(key, MISSING), unpin(before)
-                    if (id(box), key) not in self.exempt and not same_layout(before, now):
-                        return (owner, key), f"{path_of(path, key)} (was {short(before)}, now {short(now)})"
-            _refill(entry[1], box)
-            self.moved = True
-        now = _contents(self.cells) if self.cells else []
-        for cell, before, value in zip(self.cells, self.cell_values, now):
-            if not same_layout(unpin(before), value):
-                return (id(cell), 0), f"a closure variable (was {short(before)}, now {short(value)})"
-        self.cell_values = [pin(v) for v in now]
-        for entry in self.globals:
-            namespace, names, values, path = entry
-            current = tuple(namespace.get(n, MISSING) for n in names)
-            for name, before, value in zip(names, values, current):
-                if not same_layout(unpin(before), value):
-                    return (id(namespace), name), f"the global {path_of(path, name)} (was {short(before)}, " \
-                                                  f"now {short(value)})"
-            entry[2] = tuple(map(pin, current))
-        for i, t in enumerate(self.holders):
-            if t.requires_grad != self.flags[i]:
-                return (id(t), "requires_grad"), f"requires_grad of a {t.shape} tensor (was {self.flags[i]})"
-        for i, t in enumerate(self.grad_holders):
-            if (t.grad is None) != (self.grads[i] is None) or not same_layout(t.grad, self.grads[i]):
-                return (id(t), "grad"), f"the .grad of a {t.shape} tensor (was {short(self.grads[i])}, " \
-                                        f"now {short(t.grad)})"
-            self.grads[i] = t.grad
-        for values, copy, path in self.arrays:
-            if not np.array_equal(values, copy):
-                return (id(values), ALL), f"the numpy array {path} (its values)"
-        for ref, then, path in zip(self._class_refs, self._class_then, self._class_paths):
-            if type(ref()) is not then:
-                return (id(ref), "__class__"), f"the class of {path} (was {then.__name__})"
-        self.moved = True  # (what replays remembered of the last one is to be looked up again)
-        return None
-
-    # ---- effects --------------------------------------------------------------------------
-    def diff(self):
-        """[(container, key, value now)] for every guarded value that differs from its
-        snapshot now (after the call), exempt ones aside; a list that changed length is
-        one entry with key ALL.  Closure cells come as (Cell, 0, value)."""
-        found = []
-        for box, snapshot, _ in self.boxes:
-            if _equal(box, snapshot):
-                continue
-            if isinstance(box, (dict, types.MappingProxyType)):
-                target = Attrs(self._class_of[id(box)]) if id(box) in self._class_of else box
-                for key in set(snapshot) | set(box):
-                    now, before = box.get(key, MISSING), unpin(snapshot.get(key, MISSING))
-                    if now is not before and (id(box), key) not in self.exempt:
-                        found.append((target, key, now))
-            elif isinstance(box, list) and len(box) == len(snapshot):
-                found.extend((box, i, now) for i, (now, before) in enumerate(zip(box, snapshot))
-                             if now is not unpin(before))
-            else:
-                found.append((box, ALL, box.copy()))
-        for cell, before in zip(self.cells, self.cell_values):
-            now = _contents([cell])[0]
-            if now is not unpin(before):
-                found.append((Cell(cell), 0, now))
-        for namespace, names, values, _ in self.globals:
-            for name, before in zip(names, values):
-                now, before = namespace.get(name, MISSING), unpin(before)
-                if now is not before and not (isinstance(now, SIMPLE) and type(now) is type(before) and now == before):
-                    found.append((namespace, name, now))  # (a Read's float is a new object at each read)
-        for t, before in zip(self.holders, self.grads_before):
-            if t.grad is not before:
-                found.append((GradOf(t), "grad", t.grad))
-        return found
-
-    def path(self, container, key) -> str:
-        """A readable name for `container[key]` (for warnings and verify's reports)."""
-        if isinstance(container, GradOf):
-            for slot in self.slots:
-                if slot.pos is None and slot.get() is container.tensor:
-                    return slot.path + ".grad"
-            return "the .grad of a tensor"
-        if isinstance(container, Cell):
-            return "a closure variable"
-        for box, _, path in self.boxes:
-            if box is container:
-                return path_of(path, key) if key is not ALL else path
-        for namespace, _, _, path in self.globals:
-            if namespace is container:
-                return path_of(path, key)
-        return repr(key)
-
-    def refresher(self, container, key, after):
-        """How a replay that writes `container[key]` keeps the snapshot following, so the
-        next call's check passes in C: a function of the value written; None when what
-        the capture wrote (`after`) is not like what it started from (None before, a
-        Tensor after: the guard keeps its None)."""
-        if isinstance(container, GradOf):
-            for i, t in enumerate(self.grad_holders):
-                if t is container.tensor and same_layout(self.grads[i], after):
-                    return lambda value: self.grads.__setitem__(i, value)
-            return None
-        if isinstance(container, Cell):
-            for i, cell in enumerate(self.cells):
-                if cell is container.cell and same_layout(unpin(self.cell_values[i]), after):
-                    return lambda value: self.cell_values.__setitem__(i, pin(value))
-            return None
-        for entry in self.boxes:
-            if entry[0] is container:
-                if key is not ALL and same_layout(unpin(entry[1].get(key, MISSING) if isinstance(entry[1], dict)
-                                                        else entry[1][key]), after):
-                    return lambda value: entry[1].__setitem__(key, pin(value))
-                return None
-        for entry in self.globals:
-            if entry[0] is container and key in entry[1] and same_layout(unpin(entry[2][entry[1].index(key)]), after):
-                i = entry[1].index(key)
-                return lambda value: entry.__setitem__(2, entry[2][:i] + (pin(value),) + entry[2][i + 1:])
-        return None
-
     def unguard_grads(self, written, read) -> None:
         """The `.grad` of the Tensors whose ids are in `written` is no guard when the call
         set it (reset_grad, backward) and never read the data it had before (ids of the
@@ -456,7 +297,7 @@ class World:
         return [path for rng, state, path in self.rngs if not same_rng_state(rng_state(rng), state)]
 
 
-def _contents(cells) -> list:
+def contents(cells) -> list:
     out = []
     for cell in cells:
         try:
@@ -483,7 +324,7 @@ def _copy(box):
     return array.array(box.typecode, box) if isinstance(box, array.array) else type(box)(box)
 
 
-def _refill(snapshot, box) -> None:
+def refill(snapshot, box) -> None:
     """`snapshot` made equal to `box` in place (holds() keeps the snapshot object)."""
     fresh = pinned_copy(box) if isinstance(box, (dict, list, collections.deque)) else _copy(box)
     if isinstance(snapshot, (dict, set)):
@@ -493,7 +334,7 @@ def _refill(snapshot, box) -> None:
         snapshot[:] = fresh
 
 
-def _equal(box, snapshot) -> bool:
+def equal(box, snapshot) -> bool:
     """`snapshot == box`: members by identity first (in C), then by value, except for
     the pinned ones (places.Same: identity only); a `==` that raises counts as changed."""
     try:

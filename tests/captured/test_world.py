@@ -7,6 +7,7 @@ import pytest
 
 import needle as ndl
 from needle.captured.places import ALL, MISSING, Attrs
+from needle.captured import world_effects, world_guards
 from needle.captured.world import World
 
 
@@ -23,7 +24,7 @@ def world_of(*roots):
 
 def holds(w):
     """Whether a replay may go ahead: the fast check, else the slow one (which refreshes)."""
-    return w.holds() or w.changed() is None
+    return world_guards.holds(w) or world_guards.changed(w) is None
 
 
 @pytest.mark.parametrize("change", [
@@ -49,7 +50,7 @@ def test_a_change_of_anything_a_step_could_read_fails_the_guard(change):
     state = {"cfg": {"lr": 0.1}, "layers": [1, 2], "obj": obj, "deque": collections.deque([0]), "tags": {"a"},
              "mask": np.zeros(3), "inner": {"x": 1}}
     w = world_of(state)
-    assert w.holds()
+    assert world_guards.holds(w)
     change(state)
     assert not holds(w)
 
@@ -61,8 +62,8 @@ def test_a_state_tensor_replaced_by_one_of_the_same_layout_is_followed():
     obj.h = T((2, 3))
     w = world_of(obj)
     obj.h = T((2, 3), 1.0)  # (a hidden state the user set again: a replay reads it where it lives)
-    assert not w.holds() and w.changed() is None and w.moved
-    assert w.holds()  # (the snapshot followed)
+    assert not world_guards.holds(w) and world_guards.changed(w) is None and w.moved
+    assert world_guards.holds(w)  # (the snapshot followed)
 
 
 def test_closure_cells_globals_and_class_attributes():
@@ -78,7 +79,7 @@ def test_closure_cells_globals_and_class_attributes():
     w.add_function(step, "step")
     w.add_globals(namespace, ["net"])
     w.namespace_attributes({"SCALE"})
-    assert w.holds()
+    assert world_guards.holds(w)
     Net.SCALE = 2.0
     assert not holds(w)
     Net.SCALE = 1.0
@@ -106,7 +107,7 @@ def test_effects_are_what_changed_deleted_keys_and_lists_that_grew():
     del d["b"]
     lst.append(3)
     obj.count += 1
-    found = {(id(c), k): v for c, k, v in w.diff()}
+    found = {(id(c), k): v for c, k, v in world_effects.diff(w)}
     assert found[(id(d), "a")] == 10 and found[(id(d), "b")] is MISSING
     assert found[(id(lst), ALL)] == [1, 2, 3] and found[(id(obj.__dict__), "count")] == 1
 
@@ -119,7 +120,7 @@ def test_exempt_attributes_are_neither_guards_nor_effects():
     w = world_of(opt)
     w.exempt_keys({(id(opt.__dict__), "lr")}, set())
     opt.lr = 0.01
-    assert holds(w) and not w.diff()
+    assert holds(w) and not world_effects.diff(w)
     opt.momentum = 0.9
     assert not holds(w)
 
