@@ -10,7 +10,7 @@ import math
 import threading
 import weakref
 
-from ..dtypes import check_elementwise, dtype_name, is_float, require_same
+from ..dtypes import FLOATS, check_elementwise, dtype_name, is_float, require_same
 from ..errors import AxisError, DeviceError, DTypeError, ShapeError, fmt_shape
 from ..shapes import normalize_axes
 from .nodes import BINARY, COMPARE, UNARY, Node, RuntimeScalar, Scalar
@@ -61,7 +61,7 @@ def param(value, shape, dtype, device) -> Node:
     per parameter, and the compiler would merge those nodes anyway (common.py), so
     sharing them spares every later walk of the graph a fifth of its nodes."""
     dtype = dtype_name(dtype)
-    if type(value) is RuntimeScalar and is_float(dtype):
+    if type(value) is RuntimeScalar and dtype in FLOATS:
         key = (tuple(shape), dtype, device)
         nodes = value.nodes
         if nodes is None:
