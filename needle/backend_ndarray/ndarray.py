@@ -1,6 +1,6 @@
 """A strided n-dimensional array: shape, strides (in elements), offset, device.
 
-Views (`permute`, `broadcast_to`, `reshape` when strides allow it, `__getitem__`,
+Views (views.py: `permute`, `broadcast_to`, `reshape` when strides allow it, `__getitem__`,
 `flip`, `as_strided`) only change the metadata and share the storage; `compact()`
 copies.  Arithmetic is delegated to the array's device, which owns the storage
 format and the kernels (numpy for `cpu_numpy()`, compiled code for `cpu()`).
@@ -16,9 +16,9 @@ from . import host_memory
 from .course_api import as_buffer
 from .device_identity import DeviceIdentity
 from .operators import ArrayOperators
-from ..errors import AxisError, DeviceError, DTypeError, IndexingError, NeedleError, ShapeError, fmt_shape
-from ..shapes import (basic_index, broadcast_shapes, compact_strides, infer_reshape, matmul_shapes,
-                      normalize_axes, prod, reshape_strides)
+from .views import StridedViews
+from ..errors import AxisError, DeviceError, DTypeError, NeedleError, ShapeError, fmt_shape
+from ..shapes import broadcast_shapes, compact_strides, matmul_shapes, normalize_axes, prod
 
 
 #: the device of arrays made without one: cpu(), which devices.py defines above this
@@ -26,7 +26,7 @@ from ..shapes import (basic_index, broadcast_shapes, compact_strides, infer_resh
 DEFAULT_DEVICE = None
 
 
-class NDArray(ArrayOperators):
+class NDArray(StridedViews, ArrayOperators):
     """A strided view on device storage.  `strides` and `offset` are in elements."""
 
     __slots__ = ("_shape", "_strides", "_offset", "_device", "_handle", "_dtype", "_np", "__weakref__")
@@ -127,85 +127,7 @@ class NDArray(ArrayOperators):
     def compact(self) -> "NDArray":
         return self if self.is_compact() else self._device.copy(self)
 
-    # ---- views ----------------------------------------------------------------------
-    def as_strided(self, shape, strides) -> "NDArray":
-        if len(shape) != len(strides):
-            raise ShapeError(f"as_strided: shape {fmt_shape(shape)} and strides {tuple(strides)} differ in length")
-        return self._view(tuple(shape), tuple(strides), self._offset)
-
-    def reshape(self, new_shape) -> "NDArray":
-        new_shape = infer_reshape(self._shape, new_shape)
-        if new_shape == self._shape:
-            return self
-        strides = reshape_strides(self._shape, self._strides, new_shape)
-        if strides is None:
-            return self.compact().reshape(new_shape)
-        return self._view(new_shape, strides, self._offset)
-
-    def permute(self, new_axes) -> "NDArray":
-        given, n = tuple(int(a) for a in new_axes), self.ndim
-        new_axes = tuple(a % n for a in given if -n <= a < n)
-        if len(new_axes) != len(given) or sorted(new_axes) != list(range(n)):
-            raise AxisError(f"permute: axes {given} are not a permutation for shape {fmt_shape(self.shape)}")
-        return self._view(tuple(self._shape[a] for a in new_axes),
-                          tuple(self._strides[a] for a in new_axes), self._offset)
-
-    def broadcast_to(self, new_shape) -> "NDArray":
-        new_shape = tuple(int(s) for s in new_shape)
-        lead = len(new_shape) - self.ndim
-        if lead < 0 or any(s != n and s != 1 for s, n in zip(self._shape, new_shape[lead:])):
-            raise ShapeError(f"broadcast_to: cannot broadcast shape {fmt_shape(self.shape)} to {fmt_shape(new_shape)}")
-        strides = (0,) * lead + tuple(0 if s == 1 and n != 1 else st
-                                      for s, n, st in zip(self._shape, new_shape[lead:], self._strides))
-        return self._view(new_shape, strides, self._offset)
-
-    def flip(self, axes) -> "NDArray":
-        axes = normalize_axes("flip", axes, self.ndim, self.shape)
-        if self.size == 0:
-            return self  # nothing to reverse; moving the offset would point past an empty buffer
-        offset, strides = self._offset, list(self._strides)
-        for a in axes:
-            if self._shape[a] > 0:
-                offset += (self._shape[a] - 1) * strides[a]
-            strides[a] = -strides[a]
-        return self._view(self._shape, tuple(strides), offset)
-
-    def _index_view(self, idxs) -> "NDArray":
-        """numpy basic indexing: ints (drop the axis), slices with steps, None, Ellipsis."""
-        ranges, drop, new_axes, _ = basic_index("getitem", self._shape, idxs)
-        shape, strides, offset = [], [], self._offset
-        for axis, ((start, stop, step), st) in enumerate(zip(ranges, self._strides)):
-            length = len(range(start, stop, step))
-            if length:
-                offset += start * st
-            if axis not in drop:
-                shape.append(length)
-                strides.append(st * step)
-        for pos in new_axes:
-            shape.insert(pos, 1)
-            strides.insert(pos, 0)
-        if prod(shape) == 0:
-            offset = self._offset  # an empty view reads nothing; its offset must stay inside the buffer
-        return self._view(tuple(shape), tuple(strides), offset)
-
-    def __getitem__(self, idxs) -> "NDArray":
-        return self._index_view(idxs)
-
-    def process_slice(self, sl: slice, dim: int) -> slice:
-        """The course's explicit slice: start (default 0), stop (default the axis length,
-        negative counts from the end), step (default 1, must be positive), all ints."""
-        n = self._shape[dim]
-        start, stop, step = sl.start, sl.stop, sl.step
-        start = 0 if start is None else int(start)
-        start = start + n if start < 0 else start
-        stop = n if stop is None else int(stop)
-        stop = stop + n if stop < 0 else stop
-        step = 1 if step is None else int(step)
-        if step <= 0:
-            raise IndexingError(f"process_slice: steps must be positive, got {step} on axis {dim} "
-                                f"of shape {fmt_shape(self.shape)}")
-        return slice(start, stop, step)
-
+    # ---- views (views.StridedViews), and writing through one ---------------------
     def __setitem__(self, idxs, other) -> None:
         view = self._index_view(idxs)
         if isinstance(other, NDArray):
