@@ -61,7 +61,10 @@ def _numeric(t, other_dtype: str = "float32"):
     return _ops().astype(t, other_dtype if other_dtype in FLOATS else "float32")
 
 
-class TensorMethods:
+class TensorOperators:
+    """Python's operators on Tensors: arithmetic with numpy's promotion of bool and
+    Python scalars, comparisons that return bool Tensors, indexing."""
+
     __slots__ = ()
     #: numpy scalars and arrays on the left of an operator defer to ours (`np.float32(2) * x`
     #: is a Tensor, with its gradient), as they do for torch tensors
@@ -183,7 +186,12 @@ class TensorMethods:
     __radd__ = __add__
     __rmul__ = __mul__
 
-    # ---- methods ------------------------------------------------------------------------
+
+class TensorMethods(TensorOperators):
+    """The named methods of a Tensor: the course's, and PyTorch's first-hour names."""
+
+    __slots__ = ()
+
     # every axis argument is also PyTorch's `dim=` (and numpy's `axis=`), `keepdims` also
     # `keepdim=`: the course's positional `axes` stays first
     def matmul(self, other):
