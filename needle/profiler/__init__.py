@@ -68,7 +68,7 @@ class Profile:
         self._start = 0.0
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._calls: Dict[int, tuple] = {}    # id(compiled schedule) -> (schedule, [CallInfo])
+        self._calls: Dict[int, tuple] = {}    # id(compiled schedule) -> (schedule, [(kernel name, CallOrigin)])
         self._replayed: Dict[int, tuple] = {}  # the same for schedules run by needle.jit's replays
         self._caches = []
 
@@ -154,27 +154,27 @@ class Profile:
             start = time.perf_counter()
             known = self._calls.get(id(entry))
             if known is not None:  # a realize this profile saw (eager ops: the line of the op)
-                info = known[1][i]
+                name, info = known[1][i]
                 current = getattr(self._local, "current", None)
-                lines = current[1] if current is not None and current[1] is not None else info.lines
+                lines = current[1] if current is not None and current[1] is not None else dict(info.lines)
             else:  # a replayed step of needle.jit: what its schedule's calls record
                 with self._lock:
                     replayed = self._replayed.get(id(entry))
                     if replayed is None:
                         replayed = self._replayed[id(entry)] = (entry, attribution.describe_calls(entry))
-                info = replayed[1][i]
-                lines = info.lines
+                name, info = replayed[1][i]
+                lines = dict(info.lines)
             key = (device, id(entry), i)  # one row per kernel of each schedule
             with self._lock:
                 row = self.kernels.get(key)
                 if row is None:
-                    row = self.kernels[key] = KernelStats(info.name, device, info.ops, info.ir_ops)
+                    row = self.kernels[key] = KernelStats(name, device, info.ops, info.ir_ops)
                 row.calls += 1
                 row.total += seconds
                 row.bytes += info.bytes
                 row.flops += info.flops
                 row.lines.update(lines)
-                self._event(info.name, "kernel", device, t0, seconds,
+                self._event(name, "kernel", device, t0, seconds,
                             {"ops": ", ".join(info.ops), "bytes": info.bytes, "flops": info.flops,
                              "lines": [sources.short(w) for w in lines]})
             self.overhead += time.perf_counter() - start

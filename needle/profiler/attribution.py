@@ -9,30 +9,18 @@ schedule serves every call site of that op, so its lines are those of each run.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import List, Tuple
 
+from ..compiler.call_origins import CallOrigin
 from ..ir.nodes import LOAD
 
-
-@dataclass
-class CallInfo:
-    name: str
-    ops: Tuple[str, ...] = ()            # frontend ops fused (origin names), in order
-    ir_ops: Tuple[str, ...] = ()         # IR primitives computed
-    lines: Counter = field(default_factory=Counter)   # (file, line) -> nodes
-    bytes: int = 0
-    flops: float = 0.0
+_UNKNOWN = CallOrigin()
 
 
-def describe_calls(entry) -> List[CallInfo]:
-    """CallInfo for every call of `entry` (a compiled schedule), from its calls' origins."""
-    infos = []
-    for call in entry.schedule.calls:
-        o = call.origin
-        infos.append(CallInfo(call.kernel.name) if o is None else
-                     CallInfo(call.kernel.name, o.ops, o.ir_ops, Counter(dict(o.lines)), o.bytes, o.flops))
-    return infos
+def describe_calls(entry) -> List[Tuple[str, CallOrigin]]:
+    """(kernel name, origin) for every call of `entry` (a compiled schedule); an empty
+    origin where the planner recorded none."""
+    return [(call.kernel.name, call.origin or _UNKNOWN) for call in entry.schedule.calls]
 
 
 def is_single_op(nodes) -> bool:
