@@ -68,7 +68,9 @@ def param(value, shape, dtype, device) -> Node:
             nodes = value.nodes = {}
         ref = nodes.get(key)  # (a weak reference: the node holds the scalar, no cycle)
         node = ref() if ref is not None else None
-        if node is None or node.op != "param":  # (one realized as an output holds a value, not the scalar)
+        # (reused only while it is a param read by another node: one realized as an output
+        # holds a value, and one nothing read yet could still be rewritten by a lazy setitem)
+        if node is None or node.op != "param" or not node.consumed:
             node = _new("param", (), value, shape, dtype, device)
             nodes[key] = weakref.ref(node)
         return node

@@ -109,7 +109,11 @@ def test_a_runtime_scalar_has_one_param_node_per_shape():
     from needle.ir.nodes import RuntimeScalar
     cpu = ndl.cpu()
     lr = RuntimeScalar(lambda: 0.25)
-    a, b = build.param(lr, (2, 3), "float32", cpu), build.param(lr, (2, 3), "float32", cpu)
+    unread = build.param(lr, (2, 3), "float32", cpu)
+    a = build.param(lr, (2, 3), "float32", cpu)
+    assert a is not unread  # (nothing read `unread` yet: a lazy setitem could still rewrite it)
+    a * 2.0  # now read
+    b = build.param(lr, (2, 3), "float32", cpu)
     assert a is b and a.op == "param"
     assert build.param(lr, (3,), "float32", cpu) is not a
     assert build.param(lr, (2, 3), "float64", cpu) is not a
