@@ -1,4 +1,5 @@
-"""Core data structures of needle: the Value/Tensor graph and reverse-mode autograd.
+"""Core data structures of needle: the Value/Tensor graph (reverse-mode autograd's
+backward pass is backward.py).
 
 A Tensor made by an op records the op and its inputs (for autograd) and holds its
 data: an NDArray in eager mode, or a lazy array (a node of the IR graph) in lazy
@@ -17,11 +18,10 @@ import numpy
 from . import config
 from .backend_selection import BACKEND, Device, NDArray, array_api, cpu
 from .dtypes import dtype_name
-from .errors import DeviceError, DTypeError, GraphError, ShapeError, fmt_shape
+from .errors import DeviceError, DTypeError, ShapeError, fmt_shape
 from .ir import build as ir_build
 from .ir.lazy import as_lazy
 from .tensor_methods import TensorMethods
-from .traversal import postorder
 from .engine import capture as _capture
 from .engine import realize as _engine
 
@@ -262,7 +262,7 @@ def host_argument(x, what: str):
     return Tensor(x, dtype="float32" if x.dtype.kind == "f" else "int64", requires_grad=False)
 
 
-def _outlives_step(value: "Value") -> "Value":
+def outlives_step(value: "Value") -> "Value":
     """Lazy mode: `value` is state that outlives the graph it was built in (a detached
     tensor, `.data`, module or optimizer state); have its pending data computed with
     the next schedule that runs, so that later steps start from a buffer instead of
@@ -324,7 +324,7 @@ class TensorTuple(Value):
         return ops.make_tuple(*[self[i] + other[i] for i in range(len(self))])
 
     def detach(self) -> "TensorTuple":
-        return _outlives_step(self.const_of())
+        return outlives_step(self.const_of())
 
     @property
     def device(self):
@@ -378,7 +378,7 @@ class Tensor(TensorMethods, Value):
                 _capture.host_array(array, cached_data)
         self._init(None, [], cached_data=cached_data, requires_grad=requires_grad)
         if isinstance(array, Tensor):
-            _outlives_step(self)  # hw1-style `W = Tensor(W - lr * W.grad)` must not chain steps
+            outlives_step(self)  # hw1-style `W = Tensor(W - lr * W.grad)` must not chain steps
 
     @staticmethod
     def _array_from_numpy(numpy_array, device, dtype):
@@ -406,13 +406,13 @@ class Tensor(TensorMethods, Value):
         if value.dtype != self.dtype:
             raise DTypeError(f"Tensor.data: dtype {value.dtype} differs from the tensor's {self.dtype}")
         self._cached_data = value._cached_data
-        _outlives_step(self)
+        outlives_step(self)
 
     def detach(self) -> "Tensor":
         """A new leaf sharing this tensor's data (pending or realized), cut from the graph.
         Pending data is computed with the next schedule (if the tensor is alive then), so
         a hidden state carried across truncated-BPTT segments does not drag them along."""
-        return _outlives_step(self.const_of())
+        return outlives_step(self.const_of())
 
     @property
     def shape(self) -> tuple:
@@ -502,143 +502,6 @@ class Tensor(TensorMethods, Value):
         return Tensor(self.numpy(), device=device, dtype=self.dtype, requires_grad=self.requires_grad)
 
 
-def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> None:
-    """Reverse-mode autodiff: store the gradient of `output_tensor` with respect to
-    every node it depends on (that requires grad) in `node.grad`."""
-    if output_tensor.shape != out_grad.shape:
-        raise ShapeError(f"backward: out_grad shape {fmt_shape(out_grad.shape)} differs from "
-                         f"the tensor's {fmt_shape(output_tensor.shape)}")
-    _outlives_step(output_tensor)  # the loss: computed with the next schedule (the step)
-    node_to_output_grads_list = {output_tensor: [out_grad]}
-    _read_versions_used([output_tensor])
-    for node in reversed(find_topo_sort([output_tensor])):
-        grads = node_to_output_grads_list.pop(node, None)
-        if grads is None or not node.requires_grad:
-            continue
-        adjoint = sum_node_list(grads)
-        if node.op is None:
-            node.grad = adjoint
-            if _capture.CURRENT is not None:
-                _capture.grad_set(node)
-            _outlives_step(adjoint)  # computed with the next schedule, loss read or step
-            continue
-        node.grad = _cut(adjoint)
-        _check_versions(node)
-        for i, (inp, grad) in enumerate(zip(node.inputs, node.op.gradient_as_tuple(adjoint, node))):
-            if inp.requires_grad and grad is not None:
-                _check_gradient(node, i, inp, grad)
-                node_to_output_grads_list.setdefault(inp, []).append(grad)
-
-
-def vjp(output: Value, cotangent: Value, inputs: List[Value]) -> List[Optional[Value]]:
-    """The gradients of sum(output * cotangent) with respect to `inputs`, as Tensors
-    built from ops (so differentiable again), by a reverse pass over the graph between
-    them; no `.grad` is set.  For fused ops whose gradient is itself a fused op: that
-    op's gradient differentiates an unfused reference (see ops/ops_fused.py).  None for an
-    input the output does not depend on or that needs no gradient."""
-    stop = {id(x) for x in inputs}
-    _read_versions_used([output])
-    order = postorder([output], lambda n: () if id(n) in stop else n.inputs)
-    pending, found = {id(output): [cotangent]}, {}
-    for node in reversed(order):
-        grads = pending.pop(id(node), None)
-        if grads is None or not node.requires_grad:
-            continue
-        adjoint = sum_node_list(grads)
-        if id(node) in stop:
-            found[id(node)] = adjoint
-        elif node.op is not None:
-            for inp, grad in zip(node.inputs, node.op.gradient_as_tuple(adjoint, node)):
-                if inp.requires_grad and grad is not None:
-                    pending.setdefault(id(inp), []).append(grad)
-    return [found.get(id(x)) for x in inputs]
-
-
-def _cut(adjoint: Value) -> Value:
-    """An intermediate's `.grad` (the course keeps one on every node): its value, without
-    the backward graph behind it.  That graph reaches back to the node itself (the
-    gradient of exp(x) is made of exp(x)), so keeping it made every step's graph a
-    reference cycle that only Python's slow full collections freed.
-    Pending data stays pending: it is computed only if someone reads it."""
-    return type(adjoint).make_const(adjoint._cached_data)
-
-
-def _check_gradient(node: Value, i: int, inp: Value, grad) -> None:
-    """A custom op's gradient() of the wrong shape or dtype is reported here, naming
-    the op, instead of surfacing later as a broadcast error in the optimizer."""
-    if not isinstance(inp, Tensor):
-        return
-    if isinstance(grad, Tensor):  # every gradient of every step: the data's shapes and dtypes first
-        g, x = grad._cached_data, inp._cached_data
-        if g is not None and x is not None and g.shape == x.shape and (g.dtype == x.dtype or BACKEND != "nd"):
-            return
-    where = f"backward: {type(node.op).__name__}.gradient() returned"
-    if not isinstance(grad, Tensor):
-        raise DTypeError(f"{where} a {type(grad).__name__} for input {i}; it must return Tensors")
-    if grad.shape != inp.shape:
-        raise ShapeError(f"{where} a gradient of shape {fmt_shape(grad.shape)} for input {i} of shape "
-                         f"{fmt_shape(inp.shape)}; a gradient has its input's shape")
-    if grad.dtype != inp.dtype and BACKEND == "nd":  # the np backend follows numpy's promotion
-        raise DTypeError(f"{where} a {grad.dtype} gradient of shape {fmt_shape(grad.shape)} for input {i}, "
-                         f"a {inp.dtype} tensor of shape {fmt_shape(inp.shape)}")
-
-
-#: index assignments that built a graph so far (until then no graph reads an earlier version)
-_ASSIGNMENTS = 0
-
-
-def _read_versions_used(outputs) -> None:
-    """Point each node built before an index assignment to one of its inputs (`y[0] += 2`
-    after `y[0]` was read) at that input as the node read it: the assignment made the
-    Tensor object the new value, and kept the old one (`_earlier`) for them."""
-    if not _ASSIGNMENTS:
-        return
-    stack, seen = list(outputs), set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        saved, inputs = node._saved_versions, node.inputs
-        for i, inp in enumerate(inputs):
-            if saved and inp._version != saved[i]:
-                inp = inputs[i] = next((old for version, old in inp._earlier if version == saved[i]), inp)
-            stack.append(inp)
-
-
-def _check_versions(node: Value) -> None:
-    for i, (inp, seen) in enumerate(zip(node.inputs, node._saved_versions)):
-        if inp._version != seen:
-            raise GraphError(f"backward: input {i} of {type(node.op).__name__} (shape {fmt_shape(inp.shape)}) "
-                             "was written in place after the op used it (a leaf written under no_grad(), "
-                             "whose old values are gone); write it before using it, or write into a copy "
-                             "(t = t.clone())")
-
-
-def assign_functional(tensor: Tensor, update) -> None:
-    """`tensor[idx] = v`: `tensor` becomes `update(old)`, a new node over a copy of its
-    old self, so the graph keeps the old value for gradients.  A leaf that requires
-    grad may be written only under `no_grad()` (its data is replaced, it stays a leaf)."""
-    global _ASSIGNMENTS
-    if tensor.op is None and tensor.requires_grad and GRAD_ENABLED:
-        raise GraphError(f"setitem: a leaf tensor that requires grad (shape {fmt_shape(tensor.shape)}) cannot be "
-                           "written in place: its gradient would no longer belong to it; write under "
-                           "`with needle.no_grad():`, or into a copy (`t = t + 0`)")
-    old = Tensor.__new__(Tensor)
-    old._init(tensor.op, tensor.inputs, cached_data=tensor._cached_data, requires_grad=tensor.requires_grad)
-    old._saved_versions, old._version = tensor._saved_versions, tensor._version
-    new = update(old)
-    tensor._cached_data = new._cached_data
-    if new.op is not None or tensor.op is not None:
-        tensor._earlier = tensor._earlier + ((tensor._version, old),)  # (what earlier nodes read: see
-        _ASSIGNMENTS += 1                                             # _read_versions_used)
-        tensor.op, tensor.inputs, tensor.requires_grad = new.op, new.inputs, new.requires_grad
-        tensor._saved_versions = new._saved_versions
-    else:  # a written leaf (a parameter under no_grad) is state: computed with the next schedule
-        _outlives_step(tensor)
-    tensor._version += 1
-
-
 def tensors_in(value):
     """The Tensors and TensorTuples in `value` and the lists, tuples and dicts it nests."""
     if isinstance(value, Value):
@@ -651,19 +514,6 @@ def tensors_in(value):
             yield from tensors_in(v)
 
 
-def find_topo_sort(node_list: List[Value]) -> List[Value]:
-    """Nodes in topological order: a post-order depth-first search that visits each
-    node's inputs in order.  Iterative, so 10,000-deep graphs are fine."""
-    return postorder(node_list, _inputs)
-
-
-def _inputs(node: Value) -> List[Value]:
-    return node.inputs
-
-
-def sum_node_list(node_list):
-    """Sum the nodes of a list without creating a redundant zero node."""
-    total = node_list[0]
-    for node in node_list[1:]:
-        total = total + node
-    return total
+# The backward pass lives in backward.py; the course's code reaches it by these names
+# (imported last: backward.py builds on the classes above).
+from .backward import compute_gradient_of_variables, find_topo_sort, sum_node_list  # noqa: E402,F401

@@ -72,7 +72,7 @@ def _tensors(items) -> list:
 
 def collect(tensors, names=None) -> AutogradGraph:
     """The autograd graph behind `tensors` (Tensors, TensorTuples or lists of them)."""
-    from .autograd import find_topo_sort
+    from .backward import find_topo_sort
     roots = _tensors(tensors)
     if not roots:
         raise ArgumentError("stage='autograd': give at least one Tensor")

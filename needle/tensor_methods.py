@@ -160,7 +160,7 @@ class TensorOperators:
     def __setitem__(self, idxs, value):
         """`t[idxs] = value` as a functional update: t becomes a new node of the graph
         (the old value is kept for the gradient), numpy's indexing rules."""
-        from .autograd import assign_functional
+        from .backward import assign_functional
         assign_functional(self, lambda old: _ops().setitem(old, idxs, value))
 
     # comparisons give bool tensors and no gradient; `==` stays identity (the course's rule),

@@ -9,7 +9,7 @@ import grimp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: the one cycle allowed: a Tensor's methods are ops, and ops make Tensors
-FRONTEND_KNOT = {"needle.autograd", "needle.tensor_methods", "needle.ops", "needle.init"}
+FRONTEND_KNOT = {"needle.autograd", "needle.backward", "needle.tensor_methods", "needle.ops", "needle.init"}
 
 
 def test_lint_imports_keeps_the_layers_contract():

@@ -5,13 +5,14 @@ LSTM cell's gates (slices, sigmoids, tanhs, products) cost about 13 ops forward 
 25 backward (each slice's gradient a scatter, the four summed).  A fused op writes
 the same arithmetic on arrays (`forward`; the kernels are the same), its gradient
 with respect to input k is one op (`vjp`), and that op's own gradient (second order)
-differentiates `reference`, the same function built from ops, with autograd.vjp, so
+differentiates `reference`, the same function built from ops, with backward.vjp, so
 higher derivatives stay exact.
 """
 from __future__ import annotations
 
 from .. import array_api as A
-from ..autograd import TensorOp, vjp
+from ..autograd import TensorOp
+from ..backward import vjp
 from ..errors import ShapeError, fmt_shape
 from .ops_elementwise import sigmoid, tanh
 from .ops_movement import getitem

@@ -302,7 +302,7 @@ def _kernels_stage(schedule, fused, group_of_call, groups) -> dict:
 def _autograd_stage(tensors, by_origin) -> dict:
     if not tensors:
         return _stage("(no live Tensor holds this schedule's outputs)", None, {}, False, 0)
-    from ..autograd import find_topo_sort
+    from ..backward import find_topo_sort
     graph = autograd_graph.collect(list(tensors))
     order = find_topo_sort(list(tensors))  # (collect's order: index k is order[k])
     table, fills = {}, {}
