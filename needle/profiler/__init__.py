@@ -71,6 +71,7 @@ class Profile:
         self._calls: Dict[int, tuple] = {}    # id(compiled schedule) -> (schedule, [(kernel name, CallOrigin)])
         self._replayed: Dict[int, tuple] = {}  # the same for schedules run by needle.jit's replays
         self._caches = []
+        self._observing = False  # (raised observing.OBSERVED: lowered once, whatever failed)
 
     # ---- the context manager ----------------------------------------------------------------
     def __enter__(self) -> "Profile":
@@ -97,12 +98,13 @@ class Profile:
     def _install(self) -> None:
         from ..engine import schedule_cache
         from ..runtime import cpu, cuda
+        observing.start("profile")  # (first: the fast paths stand aside before any hook is in)
+        self._observing = True
         for device, module, cache in (("cpu()", cpu, schedule_cache.CACHES["cpu"]),
                                       ("cuda()", cuda, schedule_cache.CACHES["cuda"])):
             module.KERNEL_TIMER = self._make_timer(device)
             cache.observer = self._make_observer(cache, device)
             self._caches.append((module, cache))
-        observing.start("profile")
         self._own_stamping = not sources.installed()  # (needle.viz may keep it on around us)
         sources.install()
 
@@ -112,9 +114,10 @@ class Profile:
         for module, cache in self._caches:
             module.KERNEL_TIMER = None
             cache.observer = None
-        if self._caches:
-            observing.stop("profile")
         self._caches.clear()
+        if self._observing:
+            observing.stop("profile")
+            self._observing = False
 
     # ---- hooks ------------------------------------------------------------------------------
     def _make_observer(self, cache, device: str):

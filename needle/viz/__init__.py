@@ -46,8 +46,8 @@ def start(limit: int = None) -> Recorder:
     recorder = Recorder(config.VIZ_SCHEDULES if limit is None else limit)
     _stamping = sources.stamping()
     _stamping.__enter__()  # every node built records the user's line
+    observing.start("viz")  # (first: the fast paths stand aside before the hook is in)
     schedule_cache.WATCH = recorder.watch
-    observing.start("viz")
     return recorder
 
 
