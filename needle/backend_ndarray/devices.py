@@ -264,6 +264,5 @@ def default_device() -> Device:
     return _CPU
 
 
-
 def all_devices() -> list:
     return [_CPU_NUMPY, _CPU, _CUDA]

@@ -41,12 +41,17 @@ class ScheduleCache:
             return self.observer(self._lookup, nodes)
         return self._lookup(nodes)
 
+    @staticmethod
+    def key(structure_key, target: Target) -> tuple:
+        """The cache key of a graph of this structure planned for `target`.  A graph
+        built while source lines are stamped gets a plan of its own, whose calls name
+        those lines (compiler/call_origins.py)."""
+        return structure_key, target, build.STAMP is not None
+
     def _lookup(self, nodes):
         signature = scheduling.structure(nodes)
         target = self.target()
-        # (a graph built while source lines were stamped gets a plan of its own, whose
-        # calls name those lines: compiler/call_origins.py)
-        key = (signature.key, target, build.STAMP is not None)
+        key = self.key(signature.key, target)
         entry = self.entries.get(key)
         if entry is not None:
             counters.add("schedule_cache_hits")

@@ -200,15 +200,18 @@ def _from_disk(key: str):
 def _compile(missing, target: Target, renderer) -> list:
     """Object code of each (kernel, key) in `missing`, stored in the disk cache.
     Two or more kernels go to the compile workers (config.COMPILE_WORKERS)."""
+    # a renderer among needle's modules renders in the workers; any other (a test's) here
+    in_workers = isinstance(renderer, types.ModuleType) and renderer.__name__.split(".")[0] == _PACKAGE
+
     def jobs():
         for kernel, key in missing:
-            job = llvm_compile.Job(target.cpu, target.features, level_for(kernel), None, renderer.__name__, kernel,
-                                   _symbol(key), target.bounds_check, target.vector_bytes)
-            if not in_workers:  # (a renderer a worker cannot import: rendered here)
-                job = job._replace(text=_render(kernel, key, target, renderer), renderer="", kernel=None)
-            yield job
-
-    in_workers = isinstance(renderer, types.ModuleType) and renderer.__name__.split(".")[0] == _PACKAGE
+            level = level_for(kernel)
+            if in_workers:
+                yield llvm_compile.Job(target.cpu, target.features, level, renderer=renderer.__name__, kernel=kernel,
+                                       symbol=_symbol(key), bounds_check=target.bounds_check,
+                                       vector_bytes=target.vector_bytes)
+            else:
+                yield llvm_compile.Job(target.cpu, target.features, level, text=_render(kernel, key, target, renderer))
 
     workers = min(config.COMPILE_WORKERS, len(missing))
     if len(missing) >= 2 and workers >= 1:

@@ -142,7 +142,7 @@ def serve(inp, out) -> None:
     while True:
         try:
             job = read_message(inp)
-        except Exception as e:  # (a kernel that does not unpickle here: the parent renders it)
+        except Exception as e:  # (a job that does not unpickle here: reported as its compile's failure)
             write_message(out, (False, f"{type(e).__name__}: {e}"))
             continue
         if job is None:
