@@ -247,16 +247,13 @@ class TensorMethods(TensorOperators):
     __abs__ = abs
 
     def squeeze(self, axis=None, **names):
-        """Drop size-1 axes (all of them, or the given ones, which must have size 1)."""
-        from .errors import ShapeError
+        """Drop size-1 axes: all of them, or those of the given ones (an axis of another
+        size stays, as in torch)."""
         from .shapes import normalize_axes
         axis, _ = axes_of("squeeze", axis, False, names)
         shape = self.shape
-        axes = tuple(i for i, s in enumerate(shape) if s == 1) if axis is None else \
-            normalize_axes("squeeze", axis, len(shape), shape)
-        if any(shape[i] != 1 for i in axes):
-            raise ShapeError(f"squeeze: axes {axes} of shape {shape} are not all of size 1")
-        return self.reshape(tuple(s for i, s in enumerate(shape) if i not in axes))
+        axes = range(len(shape)) if axis is None else normalize_axes("squeeze", axis, len(shape), shape)
+        return self.reshape(tuple(s for i, s in enumerate(shape) if i not in axes or s != 1))
 
     def unsqueeze(self, axis=None, **names):
         """A new size-1 axis at `axis` (negative counts from the end of the result)."""

@@ -7,6 +7,11 @@ else a constant made inside the call.
 """
 from __future__ import annotations
 
+import enum
+import types
+
+import numpy as np
+
 from ..autograd import Tensor, TensorTuple
 from ..backend_selection import array_api
 from .records import CONST, DRAW, OUT, SRC, Run, Source, layout, scalars_of
@@ -14,6 +19,7 @@ from .step import CapturedStep
 from .numpy_args import TracedArray, recipe_of
 from . import world_effects
 from .places import ALL, SIMPLE, GradOf, Read, Slot, where_of
+from .world import ARRAY_GUARD_SIZE
 
 
 class Unsupported(Exception):
@@ -58,15 +64,20 @@ class Builder:
             seen.add(id(array._handle))
             self.add(array._handle, Source("input", i), self.call.array_owner(i))
 
-    def host_arrays(self, recorded) -> None:
+    def host_arrays(self, recorded, constants) -> None:
         """Tensors made from numpy arguments (or from what numpy computed from them), or
         from numpy arrays the state holds, are inputs, made again at each replay from that
         replay's arguments, or that array as it is then."""
+        # (a computation from the numpy arguments that needle did not see is found by the
+        # check of the first replay whose arguments differ, see JitFunction._replay)
+        unseen = "the large numpy arrays the step reads" if any(
+            a.size > ARRAY_GUARD_SIZE for a in self.world.host_arrays) else ""
         for array, data, line in recorded:
             if not hasattr(data, "_handle"):
                 continue
             try:
-                recipe = recipe_of(array, self.call.values, self.world.host_arrays)
+                recipe = recipe_of(array, self.call.values, self.world.host_arrays,
+                                   "" if id(array) in constants else unseen)
             except ValueError as e:
                 raise Unsupported(f"{e} (a tensor made at {line})") from None
             if recipe is not None:
@@ -80,7 +91,12 @@ class Builder:
             data = self.initial.get(id(slot.initial))
             if data is not None and hasattr(data, "_handle"):  # (else pending when found: the call's own)
                 self.candidates.setdefault(id(data._handle), []).append(("slot", slot, data, slot.initial))
+        argument_grads = {id(g) for g in self.call.input_grads if g is not None}
         for tensor, array in readers.values():
+            if id(tensor) in argument_grads:
+                raise Unsupported("the step reads the .grad of a Tensor argument, which a replay would not find "
+                                  "again (pass the module or optimizer instead: their parameters' gradients are "
+                                  "followed)")
             if id(tensor) not in created_ids and hasattr(array, "_handle") and id(array._handle) not in self.candidates:
                 self.candidates[id(array._handle)] = [("object", tensor, array, tensor)]
 
@@ -172,13 +188,18 @@ class Builder:
             if isinstance(value, TensorTuple) or isinstance(data, tuple) or not hasattr(data, "_handle"):
                 raise Unsupported("the call returns or stores a tuple-valued tensor (TensorTuple)")
             graph = value.op is not None and value.requires_grad  # (backward through it: JitError)
-            return ("tensor", self.binding(data), value.requires_grad, graph)
+            extras = [("grad", self.template(value.grad))] if value.grad is not None else []
+            extras += [(name, self.template(v)) for name, v in object.__getattribute__(value, "__dict__").items()]
+            return ("tensor", self.binding(data), value.requires_grad, graph, type(value), tuple(extras))
         if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
             make = type(value) if type(value) in (list, tuple) else (lambda items, t=type(value): t(*items))
             return ("seq", make, [self.template(v) for v in value])
         if type(value) is dict:
             return ("dict", [(k, self.template(v)) for k, v in value.items()])
-        return ("const", value)
+        if _immutable(value) or self.world.reached(value):  # (the same object a plain call would give)
+            return ("const", value)
+        raise Unsupported(f"the call returns or stores a {type(value).__name__} it made (a replay, which does not "
+                          "run the step's Python, cannot make it again)")
 
     def writes(self, holders, grads_set=()) -> list:
         """The call's effects: new data of Tensors that existed before it (first), then
@@ -217,6 +238,20 @@ class Builder:
         return out
 
 
+#: objects nothing can change: the same object stands for a plain call's (a tuple is
+#: made again item by item)
+IMMUTABLE = SIMPLE + (type, types.BuiltinFunctionType, types.ModuleType, np.dtype, range, slice, enum.Enum,
+                      type(Ellipsis), type(NotImplemented))
+
+
+def _immutable(value) -> bool:
+    if isinstance(value, types.BuiltinFunctionType):  # (a bound method of a builtin object holds that object)
+        return isinstance(getattr(value, "__self__", None), (types.ModuleType, type(None)))
+    if type(value) is frozenset:
+        return all(_immutable(v) for v in value)
+    return isinstance(value, IMMUTABLE)
+
+
 def _realized(t):
     data = t._cached_data
     return data.realized if getattr(data, "is_lazy", False) else data
@@ -237,7 +272,7 @@ def build(recorder, call, world, initial, result, holders, created_ids) -> Captu
     b = Builder(call, world, initial)
     b.recorder_draws = recorder.draws
     b.inputs()
-    b.host_arrays(recorder.host_arrays)
+    b.host_arrays(recorder.host_arrays, recorder.constants)
     b.state(recorder.readers, created_ids)
     runs = b.runs(recorder)
     writes = b.writes(holders, recorder.grads_set)

@@ -63,6 +63,11 @@ MISSES_LIMIT = 2
 NEW_NUMBERS_LIMIT = 3
 
 
+#: instances without weak references whose captures a jitted method keeps (the least
+#: recently used go first; see JitFunction.__get__)
+STRONGLY_BOUND = 16
+
+
 class _WeakMethod:
     """`fn` bound to `obj` through a weak reference; `__func__` and `__self__` as a bound
     method's, so the capture finds the instance's state the same way."""
@@ -79,19 +84,39 @@ class _WeakMethod:
         return self.__func__(self._ref(), *args, **kwargs)
 
 
+class _BoundJit:
+    """`obj.step` for a jitted method: the instance's JitFunction (which holds the
+    instance weakly), with the instance held while this lives, as a bound method holds
+    it (`Trainer(model).step(x)`: nothing else holds that Trainer)."""
+
+    __slots__ = ("jit", "__self__")
+
+    def __init__(self, jit, obj):
+        self.jit, self.__self__ = jit, obj
+
+    def __call__(self, *args, **kwargs):
+        return self.jit(*args, **kwargs)
+
+    def __getattr__(self, name):  # (reset(), explain(), calls, replays, ...)
+        return getattr(self.jit, name)
+
+
 class JitFunction:
     """`fn` with captured steps; see the module docstring and SPEC "Captured steps"."""
 
     holds_no_state = True  # a world does not walk into it
 
     def __init__(self, fn, max_captures: int = 8, verify: int = 0):
-        if not callable(fn):
+        if not callable(fn) and not isinstance(fn, classmethod):
             raise JitError(f"needle.jit: expected a function, got {type(fn).__name__}")
         if not isinstance(max_captures, int) or max_captures < 1:
             raise JitError(f"needle.jit: max_captures must be a positive integer, got {max_captures!r}")
         if not isinstance(verify, int) or verify < 0:
             raise JitError(f"needle.jit: verify must be a non-negative integer, got {verify!r}")
         self.fn, self.max_captures = fn, max_captures
+        self._static = isinstance(fn, staticmethod)  # (@needle.jit over @staticmethod: a plain function)
+        if self._static:
+            self.fn = fn = fn.__func__
         self._lock = threading.RLock()
         self.verify = verify or int(os.environ.get("NEEDLE_JIT_VERIFY", "0") or 0)
         functools.update_wrapper(self, fn)
@@ -108,13 +133,31 @@ class JitFunction:
         self.plain = False
         self._results = []  # (weak Tensor returned with a graph, its .grad then)
 
-    def __get__(self, obj, objtype=None):  # @needle.jit on a method: captures per instance
+    def __get__(self, obj, objtype=None):
+        """@needle.jit on a method: captures per instance (by identity: two instances that
+        compare equal are two, and an unhashable one is one too), held while it lives."""
+        fn = self.fn
+        if self._static:
+            return self
+        if isinstance(fn, classmethod):
+            obj, fn = objtype if objtype is not None else type(obj), fn.__func__
         if obj is None:
             return self
-        bound = self.__dict__.setdefault("_bound", weakref.WeakKeyDictionary())
-        if obj not in bound:
-            bound[obj] = JitFunction(_WeakMethod(self.fn, obj), self.max_captures, self.verify)
-        return bound[obj]
+        bound = self.__dict__.setdefault("_bound", OrderedDict())  # id(obj) -> (reference, JitFunction)
+        entry = bound.get(id(obj))
+        if entry is not None and entry[0]() is obj:
+            bound.move_to_end(id(obj))
+            return _BoundJit(entry[1], obj)
+        try:  # (forgotten when the instance goes)
+            ref = weakref.ref(obj, lambda _, key=id(obj), bound=bound: bound.pop(key, None))
+            method = _WeakMethod(fn, obj)
+        except TypeError:  # (no weak references to it: held, among the last STRONGLY_BOUND instances)
+            ref, method = (lambda obj=obj: obj), types.MethodType(fn, obj)
+            held = [key for key, (r, _) in bound.items() if not isinstance(r, weakref.ref)]
+            for key in held[:max(len(held) - STRONGLY_BOUND + 1, 0)]:
+                del bound[key]
+        bound[id(obj)] = (ref, JitFunction(method, self.max_captures, self.verify))
+        return _BoundJit(bound[id(obj)][1], obj)
 
     @property
     def name(self) -> str:
@@ -177,13 +220,20 @@ class JitFunction:
     def _replay(self, step, call, args, kwargs):
         if len(self.captures) > 1:
             self.captures.move_to_end(call.key)
-        if self.verified < self.verify or step.replays == 0:  # (each capture's first replay: checked)
+        # Checked against a plain call: each capture's first replay, and its first replay whose
+        # numpy arguments differ from the capture's (numpy may have computed from them where
+        # needle could not see, a copy made in C, and the first replay may have had the same)
+        new_values = step.first_values is not None and _values_differ(step.first_values, call.values)
+        first = step.replays == 0
+        if self.verified < self.verify or first or new_values:
             checked = verifying.check(self, step, call, args, kwargs)
             if checked is STALE:
                 return checked
             if checked is FAILS:  # (bad input data: the plain call raises as it does without needle.jit)
                 return self.fn(*args, **kwargs)
             result, difference = checked
+            if new_values and difference is None:
+                step.first_values = None
             if self.verified < self.verify:
                 self.verified += 1
                 if difference is not None:
@@ -191,9 +241,10 @@ class JitFunction:
                                    f"differs from a plain call in {difference}; please report this with your step "
                                    "(NEEDLE_JIT=0 runs plainly)")
             elif difference is not None:
-                self._run_plainly(f"its first replay differed from a plain call in {difference}: the step depends "
-                                  "on something needle does not follow (numpy reading an argument's values, state "
-                                  "outside Python objects?)")
+                self._run_plainly(f"its first replay{'' if first else ' with new numpy argument values'} "
+                                  f"differed from a plain call in {difference}: the step depends on something needle "
+                                  "does not follow (numpy computing from an argument where needle could not see, "
+                                  "state outside Python objects?)")
                 return result
         else:
             result = step.replay(call)
@@ -254,7 +305,7 @@ class JitFunction:
     def _capture(self, call, args, kwargs):
         world = self._world(call)
         if world.too_big:
-            self._run_plainly("it reaches too many Python objects to guard")
+            self._run_plainly(world.too_big)
             return self.fn(*args, **kwargs)
         for t in call.inputs:
             world.initial.setdefault(id(t), realized_array(t))
@@ -269,6 +320,11 @@ class JitFunction:
                 _close(result, world, call)
         finally:
             restore()
+        if recorder.refused:  # the step caught the error a value read raised and went on
+            self.plain = True
+            raise JitError(f"needle.jit({self.name}): the step caught this error and went on, so this call did "
+                           f"not do what a plain call does: {recorder.refused[0]} (it runs plainly from now "
+                           "on)") from recorder.refused[0]
         world.library_classes()
         why = _host_effects(recorder, tracer, world, rng, py_rng) or call.changed_containers()
         world.exempt_keys(*_exemptions(recorder, tracer, world))
@@ -287,6 +343,8 @@ class JitFunction:
             self._run_plainly(f"{why}, which a replay cannot repeat")
             return result
         self._remember(result)
+        if call.values:
+            step.first_values = {k: np.array(v, copy=True) for k, v in call.values.items()}
         self.captures.setdefault(call.key, []).append(step)
         self.captures.move_to_end(call.key)
         while sum(len(v) for v in self.captures.values()) > self.max_captures:
@@ -320,6 +378,10 @@ def _realize_now(tensors) -> None:
 def _pending(value) -> list:
     return [n for t in (value if isinstance(value, tuple) else (value,)) if isinstance(t, Tensor)
             for n in pending_nodes(t)]
+
+
+def _values_differ(before: dict, now: dict) -> bool:
+    return any(not np.array_equal(a, now[k]) for k, a in before.items())
 
 
 def _number_changed(before, now):
@@ -360,6 +422,8 @@ def _close(result, world, call) -> None:
     realize_nodes([])
     made = list(tensors_in(result))
     made += [now for _, _, now in world_effects.diff(world) if isinstance(now, (Tensor, tuple))]
+    for t in list(tensors_in(made)):  # (with what a replay gives them again: the gradient, the user's attributes)
+        made += [t.grad, *tensors_in(list(object.__getattribute__(t, "__dict__").values()))]
     for t in list(world.holders) + call.inputs:
         made += [t, t.grad]
     for t in made:

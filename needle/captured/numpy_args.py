@@ -150,15 +150,20 @@ def traced(array: np.ndarray, tracer, number: int) -> TracedArray:
     return out
 
 
-def recipe_of(array, values: dict, held=()):
+def recipe_of(array, values: dict, held=(), unseen: str = ""):
     """How to compute `array` (what Tensor() was given) from a call's numpy arguments, or
     read it from an array the step's state holds (`held`: read again at each replay, a
     buffer refilled between calls): a function of `values`, or None when it is neither
     (a constant); raises ValueError when it is but needle did not see how (a computation
-    numpy made in C, say), or the recipe does not give it back bit for bit."""
+    numpy made in C, say), or the recipe does not give it back bit for bit.  `unseen`
+    names what an array the step made may have been computed from without needle seeing
+    it (numpy arguments copied in C, a large array of the state read through a copy):
+    such an array is no constant either."""
     tag = getattr(array, "_needle", None)
     if tag is None:
         if not isinstance(array, np.ndarray):
+            if unseen and _holds_arrays(array):
+                raise ValueError(f"a list of numpy arrays, which may hold {unseen}")
             return None
         roots = [(f"numpy argument {n}", root, lambda v, n=n: v[n]) for n, root in values.items()]
         for what, root, read in roots + [("a numpy array the step reads", a, lambda v, a=a: a) for a in held]:
@@ -167,6 +172,11 @@ def recipe_of(array, values: dict, held=()):
                 if view is None:
                     raise ValueError(f"{what} seen through a view needle cannot repeat")
                 return functools.partial(_viewed, read, view)
+        if unseen:
+            raise ValueError(f"a numpy array the step made, which may have been computed from {unseen} where "
+                             "needle could not follow (a copy numpy makes in C: np.array(x, dtype=...), "
+                             "np.ascontiguousarray, a write into a new buffer, indexing with an argument); make "
+                             "it outside the step, or pass it as an argument")
         return None
     recipe = tag[2]
     try:
@@ -178,3 +188,9 @@ def recipe_of(array, values: dict, held=()):
             again.tobytes() != plain.tobytes():
         raise ValueError(f"numpy argument {tag[1]} went through a computation needle cannot repeat")
     return recipe
+
+
+def _holds_arrays(value) -> bool:
+    if isinstance(value, np.ndarray):
+        return True
+    return isinstance(value, (list, tuple)) and any(_holds_arrays(v) for v in value)

@@ -97,8 +97,8 @@ def place_in_pool(sources, runs, actions, writes, result):
     def walk(template):
         if template[0] in ("tensor", "array"):
             note(template[1])
-        for part in (template[1] if template[0] == "dict" else template[2] if template[0] == "seq" else ()):
-            walk(part[1] if template[0] == "dict" else part)
+        for part in parts_of(template):
+            walk(part)
     for run in runs:
         for leaf in run.leaves:
             note(leaf)
@@ -128,12 +128,24 @@ def place_in_pool(sources, runs, actions, writes, result):
     return consts, place
 
 
+def parts_of(template) -> list:
+    """The templates inside `template` (see CapturedStep.make): a dict's values, a
+    sequence's items, a Tensor's gradient and attributes."""
+    kind = template[0]
+    if kind == "dict":
+        return [t for _, t in template[1]]
+    if kind == "seq":
+        return template[2]
+    if kind == "tensor":
+        return [t for _, t in template[5]]
+    return ()
+
+
 def templates_in(template) -> set:
     """The ids of a template and of every template inside it."""
     found = {id(template)}
-    if template[0] in ("dict", "seq"):
-        for part in (template[1] if template[0] == "dict" else template[2]):
-            found |= templates_in(part[1] if template[0] == "dict" else part)
+    for part in parts_of(template):
+        found |= templates_in(part)
     return found
 
 

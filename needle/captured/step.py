@@ -69,6 +69,9 @@ class CapturedStep:
         self.result = result        # template of the return value
         self.input_ids = input_ids  # ids of world Tensors the inputs were at capture ({} mostly)
         self.replays = 0
+        #: the numpy arguments of the capture call, until a replay with other values has been
+        #: checked against a plain call (see JitFunction._replay)
+        self.first_values = None
         #: where the capture call wrote Python values (world.where_of): a next call that finds
         #: one of them changed found what this capture did, not what the user did
         self.changes = {where_of(*where) for kind, where, _, _, _ in writes if kind == "slot"}
@@ -240,9 +243,14 @@ class CapturedStep:
 
     def _make(self, template, bound):
         kind = template[0]
-        if kind == "tensor":  # ("tensor", binding, requires_grad, had a graph)
-            t = _new(Tensor)
+        if kind == "tensor":  # ("tensor", binding, requires_grad, had a graph, class, ((name, template), ...))
+            t = _new(template[4])
             t._init(REPLAYED if template[3] else None, _NO_INPUTS, 1, self.array(template[1], bound), template[2])
+            for name, part in template[5]:  # (the gradient backward() left on it, the user's attributes)
+                if name == "grad":
+                    t.grad = self.make(part, bound)
+                else:
+                    object.__getattribute__(t, "__dict__")[name] = self.make(part, bound)
             return t
         if kind == "array":
             return self.array(template[1], bound)
@@ -272,7 +280,10 @@ class CapturedStep:
         if id(template) in memo:
             return memo[id(template)]
         kind = template[0]
-        if kind in ("tensor", "array"):
+        if kind == "tensor":
+            out = (kind, self._place(template[1])) + template[2:5] + \
+                (tuple((name, self._placed(t, memo)) for name, t in template[5]),)
+        elif kind == "array":
             out = (kind, self._place(template[1])) + template[2:]
         elif kind == "dict":
             out = (kind, [(k, self._placed(t, memo)) for k, t in template[1]])

@@ -6,13 +6,15 @@
   holds what the step could read, and the attribute names it reads are noted (an
   optimizer's lr read by the user's own code is a guard, not a value read at each
   replay).  Calls from user code that a replay cannot repeat (print, input, open,
-  next(), time.*, a numpy random generator other than the global one) are host
-  effects, with their line (the global RNGs are compared before and after instead).
+  next(), time.*, a numpy random generator other than the global one), and files a
+  library opens for it (np.load), are host effects, with their line (the global RNGs
+  are compared before and after instead).
 
 Numpy arguments are traced by numpy_args.py; the notes of what they do come here.
 """
 from __future__ import annotations
 
+import io
 import os
 import sys
 
@@ -61,6 +63,9 @@ class Tracer:
                     and is_user_code(frame.f_back.f_code.co_filename):
                 owner = frame.f_locals.get("self")  # (a method of needle's called by the user's code)
                 self.touched.setdefault(id(owner), set()).add(code.co_name)
+        elif event == "c_call" and arg in _FILE_OPENS and not is_user_code(frame.f_code.co_filename):
+            if _library_call_of_user(frame):  # (np.load, pandas.read_csv: a file read for the user)
+                self.note(f"{getattr(arg, '__qualname__', arg)}() (through a library)", frame)
         elif event == "c_call" and is_user_code(frame.f_code.co_filename):
             owner = getattr(arg, "__self__", None)
             if isinstance(owner, (np.random.Generator, np.random.RandomState)) and owner is not np.random.mtrand._rand:
@@ -93,7 +98,21 @@ def _called_by_user(frame) -> bool:
     return frame is not None and is_user_code(frame.f_code.co_filename)
 
 
+def _library_call_of_user(frame) -> bool:
+    """Whether `frame` (library code) runs for the user's code, with no needle code
+    between (needle's kernel cache reads files of its own)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_NEEDLE_DIR):
+            return False
+        if is_user_code(name):
+            return True
+        frame = frame.f_back
+    return False
+
+
 _STDLIB = os.path.dirname(os.__file__)
+_FILE_OPENS = {open, io.open, os.open}
 _ENGINE_DIRS = tuple(os.path.join(_NEEDLE_DIR, d) + os.sep for d in ("engine", "compiler", "codegen", "runtime",
                                                                       "backend_ndarray"))
 

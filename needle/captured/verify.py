@@ -132,13 +132,13 @@ def _contents(cell):
 
 
 def _value(value):
-    """A comparable stand-in: a Tensor's shape, dtype and bits (and a leaf's gradient: a
-    replay builds no graph, so results carry none); containers item by item; other
-    objects by type (a replay reuses what a plain call makes anew)."""
-    if isinstance(value, Tensor):  # (a leaf's gradient: what backward() left on it)
+    """A comparable stand-in: a Tensor's class, shape, dtype and bits, its gradient and
+    attributes; containers item by item; other objects by type (a capture keeps only
+    objects that existed before the call, or that nothing can change)."""
+    if isinstance(value, Tensor):  # (with what backward() left on it and the user's attributes)
         data = value.numpy()
-        return ("tensor", data.shape, data.dtype.str, data.tobytes(), value.requires_grad,
-                _value(value.grad) if value.op is None else "a result")
+        return ("tensor", type(value).__name__, data.shape, data.dtype.str, data.tobytes(), value.requires_grad,
+                _value(value.grad), _value(dict(object.__getattribute__(value, "__dict__"))))
     if isinstance(value, np.ndarray):
         return ("array", value.shape, value.dtype.str, value.tobytes())
     if isinstance(value, (list, tuple)):

@@ -45,6 +45,9 @@ OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, np.
 ARRAY_GUARD_SIZE = 1 << 16
 #: objects a world may hold; past it the capture gives up (runs plainly, saying so)
 LIMIT = 100_000
+#: bytes of numpy arrays a world may guard by their contents (a copy each, compared at
+#: every call); past it the capture gives up too (a dataset the step's objects hold)
+ARRAY_GUARD_BYTES = 32 << 20
 
 _grad, _flag = attrgetter("grad"), attrgetter("requires_grad")
 class World:
@@ -73,7 +76,8 @@ class World:
         self.pending = []      # Tensors found with pending data (see `settle`)
         self.initial = {}      # id(Tensor held) -> its _cached_data when found
         self.moved = False     # changed() let a slot hold another Tensor: aliases need a look
-        self.too_big = False
+        self.too_big = ""      # why the world is too big to guard, if it is
+        self._array_bytes = 0
         self._seen = set()
         self._holder_ids = set()
 
@@ -89,7 +93,7 @@ class World:
                 self._hold(value, path, stack)
                 continue
             if len(self._seen) > LIMIT:
-                self.too_big = True
+                self.too_big = "it reaches too many Python objects to guard"
                 return
             self._seen.add(id(value))
             if isinstance(value, (dict, list, collections.deque)):
@@ -109,6 +113,9 @@ class World:
                             self._library_classes.append(klass)
             elif isinstance(value, types.ModuleType):
                 self.namespaces.append(value)  # (the attributes its users read: see `namespace_attributes`)
+            elif isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) and \
+                    not isinstance(value.__self__, (types.ModuleType, type(None))):
+                stack.append((value.__self__, path))  # (`get = CFG.get`: what it reads is the dict's)
             elif isinstance(value, OPAQUE):
                 continue
             elif isinstance(value, (set, frozenset, bytearray, array.array, types.MappingProxyType)):
@@ -116,6 +123,11 @@ class World:
                     self._box(value, _copy(value), path)
             elif isinstance(value, np.ndarray):
                 if value.size <= ARRAY_GUARD_SIZE:
+                    self._array_bytes += value.nbytes
+                    if self._array_bytes > ARRAY_GUARD_BYTES:
+                        self.too_big = (f"it reaches more than {ARRAY_GUARD_BYTES >> 20} MB of numpy arrays to guard "
+                                        f"(at {path}; keep a dataset out of the objects the step reads)")
+                        return
                     self.arrays.append((value, value.copy(), path))
                 self.host_arrays.append(value)
             elif isinstance(value, (np.random.Generator, np.random.RandomState, random.Random)):
@@ -144,6 +156,10 @@ class World:
                 self._class_then.append(type(value))
                 self._class_paths.append(path)
                 stack.append((type(value), path + ".__class__"))
+
+    def reached(self, value) -> bool:
+        """Whether the walk met `value` (an object that existed before the call)."""
+        return id(value) in self._seen
 
     def _class_box(self, klass) -> None:
         proxy = klass.__dict__

@@ -106,6 +106,8 @@ class Recorder:
         self.live = []         # (object, attribute names) read at each replay
         self.checks = []       # (NDArray checked, fn(numpy values)), in call order
         self.host_arrays = []  # (host array, NDArray made from it, user line)
+        self.refused = []      # the JitErrors raised for values read (the step may catch them)
+        self.constants = {}    # id -> host array needle made from no data of the call (see `constant`)
 
     def read_state(self, tensor, data) -> None:
         for x in (data if isinstance(data, tuple) else (data,)):
@@ -182,6 +184,17 @@ def host_array(array, data) -> None:
         r.host_arrays.append((array, data, user_line(sys._getframe(1))))
 
 
+def constant(array):
+    """`array`, which needle made from nothing a call's data could change (a shape, a
+    guarded value, a random draw replayed apart): a Tensor made from it is a constant of
+    the capture.  Any other numpy array the step made may have been computed from its
+    numpy arguments where needle could not see (captured/numpy_args.py)."""
+    r = current()
+    if r is not None:
+        r.constants[id(array)] = array  # (held: the id stays this array's)
+    return array
+
+
 def on_replay(callback, *changes) -> None:
     """Have `callback()` run at every replay of the step being captured (for Python
     state the step advances, such as an optimizer's step count).  The attributes it
@@ -231,10 +244,13 @@ def host_read(what: str, frame=None) -> None:
     """Raise JitError if a capture is running on this thread: `what` (a `.numpy()`,
     `.item()`, printing, a Python `if` on a tensor) would read a value back to Python,
     and a replay, which does not run the function's Python, could not do the same."""
-    if current() is not None:
-        raise JitError(f"needle.jit: {what} reads a tensor's value inside the captured function, "
-                       f"at {user_line(frame or sys._getframe(1))}; a replay does not run Python, so it cannot "
-                       "be captured. Return the tensor and read it after the call (or use NEEDLE_JIT=0).")
+    r = current()
+    if r is not None:
+        error = JitError(f"needle.jit: {what} reads a tensor's value inside the captured function, "
+                         f"at {user_line(frame or sys._getframe(1))}; a replay does not run Python, so it cannot "
+                         "be captured. Return the tensor and read it after the call (or use NEEDLE_JIT=0).")
+        r.refused.append(error)  # (raised again after the call if the step catches it)
+        raise error
 
 
 def reading_from_user_code() -> bool:

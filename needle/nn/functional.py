@@ -80,8 +80,8 @@ def check_ndim(module: str, x: Tensor, ndim: int, what: str) -> None:
 
 
 def softmax_loss(name: str, logits: Tensor, y) -> Tensor:
-    """Mean over the batch of logsumexp(z) - z[y] (logsumexp keeps it finite for logits
-    of 1e10), for (N, k) logits and N integer labels, checked."""
+    """Mean over the batch of logsumexp(z) - z[y] (finite for logits of 1e10, exact to
+    float32 rounding for a loss near 0), for (N, k) logits and N integer labels, checked."""
     check_ndim(name, logits, 2, "of logits (batch, classes)")
     n, k = logits.shape
     y_shape = tuple(y.shape) if hasattr(y, "shape") else (len(y),)
@@ -93,7 +93,8 @@ def softmax_loss(name: str, logits: Tensor, y) -> Tensor:
     if isinstance(y, Tensor):  # index with the tensor itself, so a captured step (needle.jit)
         labels = y             # reads each call's labels; kernels clamp what was not checked
     picked = ops.pick(logits, labels)  # logits[i, y_i]: a gather, no dense one-hot
-    return (ops.logsumexp(logits, (1,)) - picked).sum() / n
+    # (logsumexp(z) - z[y] not rounded to an ulp of the largest logit first: a loss near 0)
+    return ops.logsumexp_less(logits, picked, (1,)).sum() / n
 
 
 def checked_labels(module: str, y, classes: int):

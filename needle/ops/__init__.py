@@ -3,7 +3,7 @@ from .ops_conv import Conv, conv  # noqa: F401
 from .ops_compare import Abs, ArgMax, Compare, absolute, amin, argmax, argmin, compare, var  # noqa: F401
 from .ops_indexing import (Gather, Pick, ScatterAdd, Select, gather, index, pick, scatter_add,  # noqa: F401
                            select, setitem)
-from .ops_logarithmic import LogSoftmax, LogSumExp, logsoftmax, logsumexp  # noqa: F401
+from .ops_logarithmic import LogSoftmax, LogSumExp, logsoftmax, logsumexp, logsumexp_less  # noqa: F401
 from .ops_mathematic import *  # noqa: F401,F403
 from .ops_mathematic import max, mean, unbroadcast  # noqa: F401
 from .ops_norm import Standardize, standardize  # noqa: F401

@@ -10,6 +10,7 @@ import numpy
 
 from .. import array_api as A
 from ..autograd import TensorOp
+from ..engine import capture as _capture
 from ..dtypes import dtype_name
 from .checks import check_scalar as _check_real, check_scalar_fits, require_float
 from .ops_reduce import unbroadcast
@@ -106,10 +107,8 @@ class Where(TensorOp):
         return A.where(cond, a, b)
 
     def gradient(self, out_grad, node):
-        cond, a, b = node.inputs
-        zero = out_grad * 0
-        return (None, unbroadcast(where(cond, out_grad, zero), a.shape),
-                unbroadcast(where(cond, zero, out_grad), b.shape))
+        cond, a, b = node.inputs  # (zeros, not out_grad * 0: an inf or nan upstream stays where it goes)
+        return (None, unbroadcast(where(cond, out_grad, 0), a.shape), unbroadcast(where(cond, 0, out_grad), b.shape))
 
 
 def where(cond, a, b):
@@ -141,7 +140,8 @@ def where(cond, a, b):
             else "int64"
     device = tensors[0].device if tensors else cond.device if isinstance(cond, Tensor) else None
     a, b = (x.astype(dtype) if isinstance(x, Tensor) and x.dtype != dtype else x if isinstance(x, Tensor) else
-            Tensor(numpy.full((), x, dtype=numpy.dtype(dtype)), device=device, dtype=dtype, requires_grad=False)
+            Tensor(_capture.constant(numpy.full((), x, dtype=numpy.dtype(dtype))), device=device, dtype=dtype,
+                   requires_grad=False)
             for x in (a, b))
     if not isinstance(cond, Tensor):
         cond = Tensor(numpy.asarray(cond), device=a.device, requires_grad=False)
@@ -278,8 +278,8 @@ class ReLU(TensorOp):
     def compute(self, a):
         return A.maximum(a, 0)
 
-    def gradient(self, out_grad, node):
-        return out_grad * positive_mask(node.inputs[0])
+    def gradient(self, out_grad, node):  # (selected, as torch: an inf upstream where x <= 0 gives 0, not nan)
+        return where(positive_mask(node.inputs[0]), out_grad, 0)
 
 
 def relu(a):

@@ -260,9 +260,10 @@ class Select(TensorOp):
             return np.where(mask != 0, a, b).astype(a.dtype)
         return mask.where(a, b)
 
-    def gradient(self, out_grad, node):
+    def gradient(self, out_grad, node):  # (selected, not multiplied by the mask: an inf upstream gives 0, not nan)
+        from .ops_elementwise import where
         mask = node.inputs[0]
-        return None, out_grad * mask, out_grad * (1 - mask)
+        return None, where(mask, out_grad, 0), where(mask, 0, out_grad)
 
 
 def select(mask, a, b) -> Tensor:
@@ -401,29 +402,26 @@ def _host_index(idxs):
     return tuple(out)
 
 
+#: an integer Tensor index of at most this many positions is written by kernels
+#: (repeated positions are found by comparing every pair), so a step needle.jit
+#: captures can use it; a longer one is read on the host, which a capture refuses
+DEVICE_INDEX_LIMIT = 4096
+
+
 def setitem(a: Tensor, idxs, value) -> Tensor:
     """The functional form of `a[idxs] = value`: a new Tensor equal to `a` except at
     the indexed positions, which hold `value` (broadcast; for a position indexed
     twice the last value wins, as in numpy).  Differentiable in `a` and `value`."""
+    index = host_argument(idxs, "setitem") if a.shape and not isinstance(idxs, (tuple, list)) and \
+        not _is_basic(idxs) and not is_mask(idxs) else None
+    if isinstance(index, Tensor) and 0 < int(np.prod(index.shape)) <= DEVICE_INDEX_LIMIT:
+        return _setitem_by_kernels(a, index, value)
     try:
         positions = _flat_positions(a.shape, _host_index(idxs))
     except IndexError as e:
         raise IndexingError(f"setitem: {e} (tensor shape {fmt_shape(a.shape)})") from None
     target = positions.shape
-    if not isinstance(value, Tensor):
-        try:
-            value = Tensor(np.asarray(value, dtype=np_dtype(a.dtype)), device=a.device, dtype=a.dtype,
-                           requires_grad=False)
-        except (TypeError, ValueError):
-            raise DTypeError(f"setitem: cannot store {type(value).__name__} in a {a.dtype} tensor") from None
-    try:
-        if np.broadcast_shapes(value.shape, target) != target:
-            raise ValueError
-    except ValueError:
-        raise ShapeError(f"setitem: value of shape {fmt_shape(value.shape)} cannot be broadcast to the "
-                         f"indexed shape {fmt_shape(target)} of tensor {fmt_shape(a.shape)}") from None
-    if value.dtype != a.dtype:
-        value = value.astype(a.dtype)
+    value = _stored_value(a, value, target)
     flat_pos = positions.reshape(-1)
     if flat_pos.size == 0:
         return a
@@ -439,3 +437,52 @@ def setitem(a: Tensor, idxs, value) -> Tensor:
     mask[unique] = 1
     mask = Tensor(mask.reshape(a.shape), device=a.device, dtype=a.dtype, requires_grad=False)
     return select(mask, placed, a)
+
+
+def _stored_value(a: Tensor, value, target: tuple) -> Tensor:
+    """`value` as a Tensor of `a`'s dtype that broadcasts to the indexed shape `target`."""
+    if not isinstance(value, Tensor):
+        try:
+            value = Tensor(np.asarray(value, dtype=np_dtype(a.dtype)), device=a.device, dtype=a.dtype,
+                           requires_grad=False)
+        except (TypeError, ValueError):
+            raise DTypeError(f"setitem: cannot store {type(value).__name__} in a {a.dtype} tensor") from None
+    try:
+        if np.broadcast_shapes(value.shape, target) != target:
+            raise ValueError
+    except ValueError:
+        raise ShapeError(f"setitem: value of shape {fmt_shape(value.shape)} cannot be broadcast to the "
+                         f"indexed shape {fmt_shape(target)} of tensor {fmt_shape(a.shape)}") from None
+    return value.astype(a.dtype) if value.dtype != a.dtype else value
+
+
+def _setitem_by_kernels(a: Tensor, index: Tensor, value) -> Tensor:
+    """`a[index] = value` for an integer Tensor index into the first axis, computed by
+    kernels, as a step needle.jit captures must (it cannot read the index on the host),
+    and a plain call too (so both compute alike).  The index is computed first and its
+    values checked (and checked again at each replay).  Of repeated positions the last
+    wins, as in numpy: a position is kept unless a later one repeats it, found by
+    comparing every pair."""
+    from .ops_compare import compare
+    from .ops_elementwise import astype, where
+    from .ops_reduce import summation
+    n, rest = a.shape[0], tuple(a.shape[1:])
+    index.realize_cached_data()  # (its values are checked: a plain call's bad index raises here)
+    i = _index_tensor(index, a.device, "setitem", n)
+    m = int(np.prod(i.shape))
+    value = _stored_value(a, value, tuple(i.shape) + rest)
+    rows = (m,) + rest
+    flat = reshape(broadcast_to(value, tuple(i.shape) + rest), rows)
+    i = reshape(i, (m,))
+    i = where(compare("lt", i, 0), i + n, i)  # (negative positions count from the end)
+    later = Tensor(capture.constant(np.triu(np.ones((m, m), dtype=np.float32), 1)), device=a.device,
+                   requires_grad=False)
+    repeated = summation(astype(compare("eq", reshape(i, (m, 1)), reshape(i, (1, m))), "float32") * later, (1,))
+    last = astype(compare("eq", repeated, 0), a.dtype)
+    column = (1,) * len(rest)
+    zeros = Tensor(capture.constant(np.zeros((), dtype=np_dtype(a.dtype))), device=a.device, dtype=a.dtype,
+                   requires_grad=False)
+    kept = select(broadcast_to(reshape(last, (m,) + column), rows), flat, broadcast_to(zeros, rows))
+    placed = scatter_add(kept, i, 0, (n,))
+    written = broadcast_to(reshape(scatter_add(last, i, 0, (n,)), (n,) + column), a.shape)
+    return select(written, placed, a)

@@ -45,24 +45,52 @@ class LogSumExp(TensorOp):
         return A.reshape(out, tuple(s for i, s in enumerate(z.shape) if i not in axes))
 
     def gradient(self, out_grad, node):
-        z = node.inputs[0]
-        axes = normalize_axes("logsumexp", self.axes, len(z.shape), z.shape)
-        kept = tuple(1 if i in axes else s for i, s in enumerate(z.shape))
-        # softmax from the shifted inputs, not exp(z - node): in float32, node = 1e10 + log 2
-        # rounds to 1e10 and exp(z - node) would be 1 instead of 1/2.  The shift is a
-        # constant (softmax does not depend on it), so higher-order gradients stay right.
-        # exp(shifted - log(sum(exp(shifted)))) rather than exp(shifted) / sum: nothing
-        # the size of z is read twice, so the backward is one kernel that sums and then
-        # writes (exp(shifted) / sum had its own kernel store exp(shifted) for the sum's
-        # and the division's kernels)
-        shifted = z - broadcast_to(StableMax(axes)(z.detach()), z.shape)
-        log_total = log(summation(exp(shifted), axes, keepdims=True))
-        softmax = exp(shifted - broadcast_to(log_total, z.shape))
-        return broadcast_to(reshape(out_grad, kept), z.shape) * softmax
+        return _logsumexp_gradient(out_grad, node.inputs[0], self.axes)
+
+
+def _logsumexp_gradient(out_grad, z, axes):
+    """out_grad (of the reduced shape) times softmax(z) over `axes`."""
+    axes = normalize_axes("logsumexp", axes, len(z.shape), z.shape)
+    kept = tuple(1 if i in axes else s for i, s in enumerate(z.shape))
+    # softmax from the shifted inputs, not exp(z - node): in float32, node = 1e10 + log 2
+    # rounds to 1e10 and exp(z - node) would be 1 instead of 1/2.  The shift is a
+    # constant (softmax does not depend on it), so higher-order gradients stay right.
+    # exp(shifted - log(sum(exp(shifted)))) rather than exp(shifted) / sum: nothing
+    # the size of z is read twice, so the backward is one kernel that sums and then
+    # writes (exp(shifted) / sum had its own kernel store exp(shifted) for the sum's
+    # and the division's kernels)
+    shifted = z - broadcast_to(StableMax(axes)(z.detach()), z.shape)
+    log_total = log(summation(exp(shifted), axes, keepdims=True))
+    softmax = exp(shifted - broadcast_to(log_total, z.shape))
+    return broadcast_to(reshape(out_grad, kept), z.shape) * softmax
 
 
 def logsumexp(a, axes=None):
     return LogSumExp(axes=axes)(a)
+
+
+class LogSumExpLess(TensorOp):
+    """logsumexp(z) - b over `axes` (b of the reduced shape), as log(sum(exp(z - m))) +
+    (m - b): logsumexp(z) is not rounded to an ulp of the largest z before b is taken
+    away (a cross-entropy near 0 keeps its digits).  The gradient is logsumexp's, and -1
+    for b."""
+
+    def __init__(self, axes):
+        self.axes = axes
+
+    def compute(self, z, b):
+        axes = normalize_axes("logsumexp", self.axes, z.ndim, z.shape)
+        kept = tuple(s for i, s in enumerate(z.shape) if i not in axes)
+        m = _stable_max(z, axes)
+        total = A.summation(A.exp(z - A.broadcast_to(m, z.shape)), axis=axes, keepdims=True)
+        return A.reshape(A.log(total), kept) + (A.reshape(m, kept) - b)
+
+    def gradient(self, out_grad, node):
+        return _logsumexp_gradient(out_grad, node.inputs[0], self.axes), -out_grad
+
+
+def logsumexp_less(z, b, axes):
+    return LogSumExpLess(axes)(z, b)
 
 
 class LogSoftmax(TensorOp):

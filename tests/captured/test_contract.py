@@ -11,7 +11,7 @@ import pytest
 
 import needle as ndl
 from needle import nn, optim
-from needle.errors import JitError
+from needle.errors import IndexingError, JitError
 from needle.optim.lr_scheduler import StepLR
 
 
@@ -760,3 +760,58 @@ def test_optimizer_state_sharing_storage_cleared_and_made_again(make):
             out.append(f(*map(T, batch(i))))
         return out + params + [t for name in type(opt)._state_names for t in getattr(opt, name).values()]
     both(run, replays=3)
+
+
+@pytest.mark.parametrize("indices", [[[0, 1], [2, 3], [4, 5], [1, 0]], [[0, 0], [3, 3], [1, -1], [-2, 5], [7, 7]],
+                                     [[0, 1, 0], [2, 3, 2], [4, 4, 4], [-1, 6, 7]]])
+def test_a_write_through_a_tensor_index_into_state_is_captured(indices):
+    # `bank[idx] = out` with an integer Tensor index: written by kernels (numpy's rule, the
+    # last of repeated positions wins, negative positions from the end), so a replay
+    # follows each call's index; it was read on the host, which a capture refuses
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        state = {"bank": T(np.arange(24, dtype="float32").reshape(8, 3))}
+
+        def step(x, idx):
+            opt.reset_grad()
+            bank = state["bank"] * 1.0
+            bank[idx] = model(x)
+            loss = (bank ** 2).sum()
+            loss.backward()
+            opt.step()
+            state["bank"] = bank.detach()
+            return loss
+        f = jit(step)
+        out = [f(T(batch(i, len(ix))[0]), ndl.Tensor(np.array(ix), requires_grad=False))
+               for i, ix in enumerate(indices)]
+        return out + [state["bank"]] + model.parameters()
+    both(run, replays=len(indices) - 2)
+
+
+def test_a_tensor_index_out_of_range_at_a_replay_raises_as_a_plain_call():
+    bank = T(np.zeros((4, 2), "float32"))
+
+    def step(v, idx):
+        b = bank * 1.0
+        b[idx] = v
+        return b
+    f = ndl.jit(step)
+    for ix in ([0, 1], [1, 2], [2, 3]):
+        f(T(np.ones((2, 2), "float32")), ndl.Tensor(np.array(ix), requires_grad=False))
+    with pytest.raises(IndexingError, match="out of bounds"):
+        f(T(np.ones((2, 2), "float32")), ndl.Tensor(np.array([3, 9]), requires_grad=False))
+
+
+def test_a_dataset_of_small_arrays_held_by_the_step_runs_plainly_and_says_so():
+    # every small numpy array the step can reach is copied and compared at each call: a
+    # trainer holding its samples would make each call slower than the plain one and each
+    # capture a copy of the data; past a bound (world.ARRAY_GUARD_BYTES) it runs plainly
+    from needle.captured import world
+    samples = [np.full(4096, i, "float32") for i in range(world.ARRAY_GUARD_BYTES // (4096 * 4) + 2)]
+
+    def run(jit):
+        model = small()
+        f = jit(lambda x: model(x).sum() + float(len(samples)))
+        return [f(T(batch(i)[0])) for i in range(4)]
+    both(run, warns="MB of numpy arrays to guard")

@@ -80,3 +80,36 @@ def test_save_makes_files_as_open_would_under_the_umask(tmp_path):
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "m.npz").st_mode) == 0o644
     assert stat.S_IMODE(os.stat(tmp_path / "private.npz").st_mode) == 0o600
+
+
+def test_an_infinite_gradient_stays_where_relu_where_and_setitem_send_it():
+    # torch selects these gradients (where(mask, g, 0)); multiplying by a 0/1 mask made
+    # inf * 0 = nan at the positions the op did not take from (an overflowing branch
+    # downstream of a relu gave nan gradients)
+    inf = np.inf
+    x = ndl.Tensor(np.array([-1.0, 2.0], "float32"))
+    (ops.relu(x) * ndl.Tensor(np.array([inf, 1.0], "float32"), requires_grad=False)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 1.0])
+    x, b = ndl.Tensor(np.array([-1.0, 2.0], "float32")), ndl.Tensor(np.array([5.0, 6.0], "float32"))
+    (ops.where(x > 0, x, b) * ndl.Tensor(np.array([1.0, inf], "float32"), requires_grad=False)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, inf])
+    np.testing.assert_array_equal(b.grad.numpy(), [1.0, 0.0])
+    a, v = ndl.Tensor(np.zeros((3, 2), "float32")), ndl.Tensor(np.ones((1, 2), "float32"))
+    z = a * 1.0
+    z[1:2] = v
+    (z * ndl.Tensor(np.array([[1, 1], [inf, inf], [1, 1]], "float32"), requires_grad=False)).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [[1, 1], [0, 0], [1, 1]])
+    np.testing.assert_array_equal(v.grad.numpy(), [[inf, inf]])
+
+
+@pytest.mark.parametrize("logits", [[20.0, 10.0], [1000.0, 990.0], [1e4, 1e4 - 12], [3000.3, 3000.3]])
+def test_cross_entropy_near_zero_keeps_float32_precision(logits):
+    # logsumexp(z) - z[y] rounded logsumexp to an ulp of the largest logit (a loss of 0
+    # for [1e4, 9988] instead of 6e-6).  Computed as log(sum(exp(z - max))) - (z[y] - max),
+    # the error is that of the sum of exponentials in [1, 2] rounded to float32 (an ulp
+    # of 1, ~1.2e-7) and of exp and log: within 2.5e-7 of the exact loss.
+    z = np.array([logits], "float32")
+    exact = float(np.logaddexp.reduce(z.astype(np.float64), axis=1)[0] - z.astype(np.float64)[0, 0])
+    labels = ndl.Tensor(np.array([0.0], "float32"), requires_grad=False)
+    for loss in (nn.SoftmaxLoss()(ndl.Tensor(z), labels), nn.functional.cross_entropy(ndl.Tensor(z), labels)):
+        assert abs(float(loss.numpy()) - exact) <= 2.5e-7, (float(loss.numpy()), exact)
