@@ -41,6 +41,11 @@ COLUMN_CHUNKS_PER_THREAD = 4
 #: elements of the source a chunk reads at least (an LSTM's bias gradient over 320 x 1000
 #: in 64 chunks of 5 rows wrote and read back a fifth of its input)
 MIN_CHUNK = 1 << 14
+#: a reduction to a few values is split in chunks of about this many elements, more than
+#: CHUNKS when it is long: each accumulator then adds a few hundred values, not tens of
+#: thousands (a float32 sum's error grows with that count: 3e-4 for 2^25 equal values in 64
+#: chunks; the partials, one per chunk, are few enough to cost nothing)
+BLOCK = 1 << 12
 
 
 def split_reductions(outputs, threads: int) -> list:
@@ -54,7 +59,8 @@ def split_reductions(outputs, threads: int) -> list:
         least, most_out = (SPLIT_MIN_COLUMNS, SPLIT_COLUMNS) if columns else (SPLIT_MIN, SMALL_OUTPUT)
         if src.size < least or n.size > most_out:
             return None
-        most = min(COLUMN_CHUNKS_PER_THREAD * max(threads, 1) if columns else CHUNKS, src.size // MIN_CHUNK)
+        most = min(COLUMN_CHUNKS_PER_THREAD * max(threads, 1), src.size // MIN_CHUNK) if columns else \
+            max(min(CHUNKS, src.size // MIN_CHUNK), src.size // BLOCK)
         splits = [(a, _chunks(src.shape[a], most)) for a in sorted(n.arg)]
         axis, chunks = next(((a, c) for a, c in splits if c), (None, None))
         if axis is None:
