@@ -12,7 +12,6 @@ import numpy as np
 
 from . import init, ops
 from .autograd import Tensor
-from .engine import capture as _capture
 from .errors import ArgumentError
 
 __all__ = ["cat", "concat", "stack", "where", "randn", "rand", "arange", "full", "manual_seed"]
@@ -70,8 +69,7 @@ def arange(start, end=None, step=1, dtype: str = None, device=None, requires_gra
         raise ArgumentError(f"arange: step must not be 0 (arange({start}, {end}, {step}))")
     integral = all(isinstance(v, numbers.Integral) for v in (start, end, step))
     dtype = dtype or ("int64" if integral else "float32")
-    return Tensor(_capture.constant(np.arange(start, end, step)), dtype=dtype, device=device,
-                  requires_grad=requires_grad)
+    return Tensor(np.arange(start, end, step), dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def manual_seed(seed: int) -> None:

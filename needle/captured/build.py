@@ -8,11 +8,13 @@ else a constant made inside the call.
 from __future__ import annotations
 
 import enum
+import numbers
 import types
 
 import numpy as np
 
 from ..autograd import Tensor, TensorTuple
+from ..backend_ndarray.device_identity import DeviceIdentity
 from ..backend_selection import array_api
 from .records import CONST, DRAW, OUT, SRC, Run, Source, layout, scalars_of
 from .step import CapturedStep
@@ -34,6 +36,7 @@ class Builder:
         self.initial = initial      # id(Tensor) -> its _cached_data when the call began
         self.sources, self.bases, self.by_handle = [], [], {}
         self.templates = {}         # id(object) -> (its template, the object: kept alive meanwhile)
+        self.making = set()         # ids of the objects whose templates are being made (a cycle: unsupported)
         self.source_of_tensor = {}  # id(Tensor existing before the call) -> source number
 
     def add(self, handle, source, tensor=None, base=None) -> int:
@@ -70,7 +73,7 @@ class Builder:
         replay's arguments, or that array as it is then."""
         # (a computation from the numpy arguments that needle did not see is found by the
         # check of the first replay whose arguments differ, see JitFunction._replay)
-        unseen = "the large numpy arrays the step reads" if any(
+        unseen = "a large numpy array the step's objects hold (not guarded by its values)" if any(
             a.size > ARRAY_GUARD_SIZE for a in self.world.host_arrays) else ""
         for array, data, line in recorded:
             if not hasattr(data, "_handle"):
@@ -164,7 +167,11 @@ class Builder:
         if not isinstance(value, SIMPLE):
             made = self.templates.get(id(value))
             if made is None:
+                if id(value) in self.making:  # (`t.me = t`, a gradient that refers back to its tensor)
+                    raise Unsupported(f"the call returns or stores a {type(value).__name__} that refers to itself")
+                self.making.add(id(value))
                 made = self.templates[id(value)] = (self._template(value), value)
+                self.making.discard(id(value))
             return made[0]
         return self._template(value)
 
@@ -196,8 +203,9 @@ class Builder:
             return ("seq", make, [self.template(v) for v in value])
         if type(value) is dict:
             return ("dict", [(k, self.template(v)) for k, v in value.items()])
-        if _immutable(value) or self.world.reached(value):  # (the same object a plain call would give)
-            return ("const", value)
+        if _immutable(value) or self.world.reached(value) or \
+                isinstance(value, types.MethodType) and self.world.reached(value.__self__):  # (`model.forward`)
+            return ("const", value)  # (the same object a plain call gives, or one equal to it)
         raise Unsupported(f"the call returns or stores a {type(value).__name__} it made (a replay, which does not "
                           "run the step's Python, cannot make it again)")
 
@@ -240,14 +248,15 @@ class Builder:
 
 #: objects nothing can change: the same object stands for a plain call's (a tuple is
 #: made again item by item)
-IMMUTABLE = SIMPLE + (type, types.BuiltinFunctionType, types.ModuleType, np.dtype, range, slice, enum.Enum,
+IMMUTABLE = SIMPLE + (numbers.Number, type, types.BuiltinFunctionType, types.ModuleType, types.MethodDescriptorType,
+                      types.WrapperDescriptorType, np.ufunc, np.dtype, range, slice, enum.Enum, DeviceIdentity,
                       type(Ellipsis), type(NotImplemented))
 
 
 def _immutable(value) -> bool:
     if isinstance(value, types.BuiltinFunctionType):  # (a bound method of a builtin object holds that object)
         return isinstance(getattr(value, "__self__", None), (types.ModuleType, type(None)))
-    if type(value) is frozenset:
+    if type(value) in (frozenset, tuple):
         return all(_immutable(v) for v in value)
     return isinstance(value, IMMUTABLE)
 

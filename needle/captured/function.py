@@ -63,9 +63,15 @@ MISSES_LIMIT = 2
 NEW_NUMBERS_LIMIT = 3
 
 
-#: instances without weak references whose captures a jitted method keeps (the least
-#: recently used go first; see JitFunction.__get__)
-STRONGLY_BOUND = 16
+class _Running(threading.local):
+    depth = 0  # calls of jitted functions running on this thread
+
+
+_RUNNING = _Running()
+
+#: instances whose captures a jitted method keeps (the least recently used go first; a
+#: capture may hold its instance, so they would not go with it; see JitFunction.__get__)
+BOUND_INSTANCES = 32
 
 
 class _WeakMethod:
@@ -92,13 +98,27 @@ class _BoundJit:
     __slots__ = ("jit", "__self__")
 
     def __init__(self, jit, obj):
-        self.jit, self.__self__ = jit, obj
+        object.__setattr__(self, "jit", jit)
+        object.__setattr__(self, "__self__", obj)
 
     def __call__(self, *args, **kwargs):
         return self.jit(*args, **kwargs)
 
-    def __getattr__(self, name):  # (reset(), explain(), calls, replays, ...)
+    def __getattr__(self, name):  # (reset(), explain(), calls, replays, __doc__, __wrapped__, ...)
         return getattr(self.jit, name)
+
+    def __setattr__(self, name, value):  # (`trainer.step.verify = 2`)
+        setattr(self.jit, name, value)
+
+    def __eq__(self, other):  # (as bound methods: `callbacks.remove(trainer.step)`)
+        return isinstance(other, _BoundJit) and other.jit is self.jit and other.__self__ is self.__self__
+
+    def __hash__(self):
+        return hash((id(self.jit), id(self.__self__)))
+
+    @property
+    def __doc__(self):
+        return self.jit.__doc__
 
 
 class JitFunction:
@@ -148,16 +168,15 @@ class JitFunction:
         if entry is not None and entry[0]() is obj:
             bound.move_to_end(id(obj))
             return _BoundJit(entry[1], obj)
-        try:  # (forgotten when the instance goes)
+        try:  # (forgotten when the instance goes, unless its captures hold it)
             ref = weakref.ref(obj, lambda _, key=id(obj), bound=bound: bound.pop(key, None))
             method = _WeakMethod(fn, obj)
-        except TypeError:  # (no weak references to it: held, among the last STRONGLY_BOUND instances)
+        except TypeError:  # (no weak references to it: held)
             ref, method = (lambda obj=obj: obj), types.MethodType(fn, obj)
-            held = [key for key, (r, _) in bound.items() if not isinstance(r, weakref.ref)]
-            for key in held[:max(len(held) - STRONGLY_BOUND + 1, 0)]:
-                del bound[key]
-        bound[id(obj)] = (ref, JitFunction(method, self.max_captures, self.verify))
-        return _BoundJit(bound[id(obj)][1], obj)
+        bound[id(obj)] = entry = (ref, JitFunction(method, self.max_captures, self.verify))
+        while len(bound) > BOUND_INSTANCES:  # (the least recently used instance's captures go)
+            bound.popitem(last=False)
+        return _BoundJit(entry[1], obj)
 
     @property
     def name(self) -> str:
@@ -167,11 +186,17 @@ class JitFunction:
         return f"{getattr(self.fn, '__qualname__', type(self.fn).__name__)}{where}"
 
     def __call__(self, *args, **kwargs):
-        if not config.JIT or not autograd.LAZY_MODE or self.plain or capture.current() is not None:
-            # (eager ops compute outside kernels; a jitted function inside a capture runs inline)
+        if not config.JIT or not autograd.LAZY_MODE or self.plain or _RUNNING.depth:
+            # (eager ops compute outside kernels; a jitted function called while another call of
+            # a jitted function runs on this thread, or of itself, runs inline: a plain call's
+            # inner calls are plain, a capture's are captured, a replay runs none)
             return self.fn(*args, **kwargs)
         with self._lock:  # (one call at a time: a capture's world is one)
-            return self._call(args, kwargs)
+            _RUNNING.depth += 1
+            try:
+                return self._call(args, kwargs)
+            finally:
+                _RUNNING.depth -= 1
 
     def _call(self, args, kwargs):
         self.calls += 1
@@ -326,7 +351,7 @@ class JitFunction:
                            f"not do what a plain call does: {recorder.refused[0]} (it runs plainly from now "
                            "on)") from recorder.refused[0]
         world.library_classes()
-        why = _host_effects(recorder, tracer, world, rng, py_rng) or call.changed_containers()
+        why = world.too_big or _host_effects(recorder, tracer, world, rng, py_rng) or call.changed_containers()
         world.exempt_keys(*_exemptions(recorder, tracer, world))
         world.unguard_grads(recorder.grads_set, {id(t) for t, _ in recorder.readers.values()})
         try:
@@ -335,12 +360,13 @@ class JitFunction:
                 step = build(recorder, call, world, world.initial, result, holders, recorder.created_ids)
         except Unsupported as e:
             why = str(e)
+        world.built()
         result = untraced(result, call)
         for container, key, now in world_effects.diff(world) if call.values else ():  # (what it kept: the user's arrays)
             if isinstance(now, TracedArray):
                 container[key] = untraced(now, call)
         if why is not None:
-            self._run_plainly(f"{why}, which a replay cannot repeat")
+            self._run_plainly(why if why == world.too_big else f"{why}, which a replay cannot repeat")
             return result
         self._remember(result)
         if call.values:

@@ -66,6 +66,10 @@ class CapturedStep:
         #: (arrays, state Tensors, their arrays, every source's Tensor) as the last replay left
         #: them: while the world holds and those Tensors hold those arrays, `resolve` is a look
         self.expected = None
+        #: whether places shared storage at capture: their sharing is checked at every replay
+        #: (`_find`), the last replay's own writes may have ended it (`p.data` replaced, its
+        #: anchor `q` left on the old storage)
+        self.aliased = any(s.aliases for s in sources)
         self.result = result        # template of the return value
         self.input_ids = input_ids  # ids of world Tensors the inputs were at capture ({} mostly)
         self.replays = 0
@@ -92,7 +96,8 @@ class CapturedStep:
         """The arrays of the sources now and the state Tensors they come from, or STALE
         (nothing is changed either way)."""
         expected = self.expected
-        if expected is not None and not self.world.moved and all(map(is_, map(_data, expected[1]), expected[2])):
+        if expected is not None and not self.world.moved and not self.aliased and \
+                all(map(is_, map(_data, expected[1]), expected[2])):
             arrays, tensors = list(expected[0]), expected[3]  # (state as the last replay left it)
             for k, source in self.fresh:
                 arrays[k] = call.arrays[source.where] if source.kind == "input" else source.convert(call.values)

@@ -84,7 +84,7 @@ class Tracer:
             values = frame.f_locals
             for name in code.co_freevars:
                 if name in values and name != "__class__":
-                    self.world.add(values[name], name)
+                    self.world.add_local(values[name], name)
         self.attributes |= attributes | self.world.attribute_names
         self.world.namespace_attributes(self.attributes)
         self.settle()  # (state found pending: computed before this code reads it)
@@ -100,10 +100,11 @@ def _called_by_user(frame) -> bool:
 
 def _library_call_of_user(frame) -> bool:
     """Whether `frame` (library code) runs for the user's code, with no needle code
-    between (needle's kernel cache reads files of its own)."""
+    between (needle's kernel cache reads files of its own) and no import (a module
+    imported the first time a branch runs reads its files once)."""
     while frame is not None:
         name = frame.f_code.co_filename
-        if name.startswith(_NEEDLE_DIR):
+        if name.startswith(_NEEDLE_DIR) or name.startswith("<frozen importlib"):
             return False
         if is_user_code(name):
             return True

@@ -131,20 +131,25 @@ def _contents(cell):
         return MISSING
 
 
-def _value(value):
+def _value(value, seen=()):
     """A comparable stand-in: a Tensor's class, shape, dtype and bits, its gradient and
     attributes; containers item by item; other objects by type (a capture keeps only
-    objects that existed before the call, or that nothing can change)."""
+    objects that existed before the call, or that nothing can change).  `seen`: the
+    containers and Tensors around this value (one met again: a cycle, named, not walked)."""
+    if isinstance(value, (Tensor, list, tuple, dict)):
+        if id(value) in seen:
+            return ("cycle", type(value).__name__)
+        seen = seen + (id(value),)
     if isinstance(value, Tensor):  # (with what backward() left on it and the user's attributes)
         data = value.numpy()
         return ("tensor", type(value).__name__, data.shape, data.dtype.str, data.tobytes(), value.requires_grad,
-                _value(value.grad), _value(dict(object.__getattribute__(value, "__dict__"))))
+                _value(value.grad, seen), _value(dict(object.__getattribute__(value, "__dict__")), seen))
     if isinstance(value, np.ndarray):
         return ("array", value.shape, value.dtype.str, value.tobytes())
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_value(v) for v in value))
+        return (type(value).__name__, tuple(_value(v, seen) for v in value))
     if isinstance(value, dict):
-        return ("dict", tuple((k, _value(v)) for k, v in value.items()))
+        return ("dict", tuple((k, _value(v, seen)) for k, v in value.items()))
     if value is MISSING:
         return "nothing"
     if isinstance(value, SIMPLE):

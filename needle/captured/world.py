@@ -77,8 +77,11 @@ class World:
         self.initial = {}      # id(Tensor held) -> its _cached_data when found
         self.moved = False     # changed() let a slot hold another Tensor: aliases need a look
         self.too_big = ""      # why the world is too big to guard, if it is
+        self.ordered, self.orders, self.order_paths = [], [], []  # dicts of several keys, their keys' order
         self._array_bytes = 0
         self._seen = set()
+        self._walked = []      # the objects met
+        self._locals = set()   # ids of those met through a call's own variables (see `add_local`)
         self._holder_ids = set()
 
     # ---- building -------------------------------------------------------------------------
@@ -96,6 +99,7 @@ class World:
                 self.too_big = "it reaches too many Python objects to guard"
                 return
             self._seen.add(id(value))
+            self._walked.append(value)  # (held until `built`: an id stays its object's)
             if isinstance(value, (dict, list, collections.deque)):
                 self._box(value, pinned_copy(value), path)
                 items = value.items() if isinstance(value, dict) else enumerate(value)
@@ -157,9 +161,23 @@ class World:
                 self._class_paths.append(path)
                 stack.append((type(value), path + ".__class__"))
 
+    def add_local(self, value, path: str) -> None:
+        """`add` for a value the running call may have made (a closure variable of the
+        code it enters): not `reached`."""
+        before = set(self._seen)
+        self.add(value, path)
+        self._locals |= self._seen - before
+
+    def built(self) -> None:
+        """The capture is built: `reached` is asked no more, the objects met need not be held
+        (a jitted method's instance must be free to go)."""
+        self._walked = []
+
     def reached(self, value) -> bool:
-        """Whether the walk met `value` (an object that existed before the call)."""
-        return id(value) in self._seen
+        """Whether the walk met `value` where it was before the call (the roots, the
+        globals of the code the call ran): an object a plain call gives back as it is, not
+        one it makes."""
+        return id(value) in self._seen and id(value) not in self._locals
 
     def _class_box(self, klass) -> None:
         proxy = klass.__dict__
@@ -177,6 +195,10 @@ class World:
         self.boxes.append([box, snapshot, path])
         self._box_list.append(box)
         self._snapshot_list.append(snapshot)
+        if type(box) is dict and len(box) > 1:  # (== on dicts ignores the order a step may iterate in)
+            self.ordered.append(box)
+            self.orders.append(tuple(box))
+            self.order_paths.append(path)
 
     def _item(self, container, key, value, path, stack) -> None:
         if isinstance(value, Tensor):

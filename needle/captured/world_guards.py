@@ -25,6 +25,8 @@ def holds(world) -> bool:
         return False
     if world.cells and world.cell_values != contents(world.cells):
         return False
+    if list(map(tuple, world.ordered)) != world.orders:
+        return False
     for namespace, names, values, _ in world.globals:
         try:
             if values != tuple(map(namespace.__getitem__, names)):
@@ -46,6 +48,9 @@ def changed(world):
     slot holding another Tensor of the same layout, an exempt attribute), after
     refreshing those snapshots; else the first difference: (where, description),
     where as `where_of` gives it."""
+    for box, order, path in zip(world.ordered, world.orders, world.order_paths):
+        if tuple(box) != order and set(box) == set(order):  # (other keys: told below)
+            return (id(box), ALL), f"the order of {path or 'a dict'}'s keys (was {short(list(order))})"
     for entry in world.boxes:
         box, snapshot, path = entry
         if equal(box, snapshot):
@@ -93,5 +98,6 @@ def changed(world):
     for ref, then, path in zip(world._class_refs, world._class_then, world._class_paths):
         if type(ref()) is not then:
             return (id(ref), "__class__"), f"the class of {path} (was {then.__name__})"
+    world.orders = list(map(tuple, world.ordered))
     world.moved = True  # (what replays remembered of the last one is to be looked up again)
     return None

@@ -107,7 +107,7 @@ class Recorder:
         self.checks = []       # (NDArray checked, fn(numpy values)), in call order
         self.host_arrays = []  # (host array, NDArray made from it, user line)
         self.refused = []      # the JitErrors raised for values read (the step may catch them)
-        self.constants = {}    # id -> host array needle made from no data of the call (see `constant`)
+        self.constants = {}    # id -> host array needle's own code made a Tensor from (see `host_array`)
 
     def read_state(self, tensor, data) -> None:
         for x in (data if isinstance(data, tuple) else (data,)):
@@ -181,18 +181,9 @@ def host_array(array, data) -> None:
     out whether it is an argument (an input of every replay) or a constant."""
     r = current()
     if r is not None:
+        if sys._getframe(2).f_code.co_filename.startswith(_NEEDLE_DIR):
+            r.constants[id(array)] = array  # (needle's own code makes Tensors from shapes and values it holds)
         r.host_arrays.append((array, data, user_line(sys._getframe(1))))
-
-
-def constant(array):
-    """`array`, which needle made from nothing a call's data could change (a shape, a
-    guarded value, a random draw replayed apart): a Tensor made from it is a constant of
-    the capture.  Any other numpy array the step made may have been computed from its
-    numpy arguments where needle could not see (captured/numpy_args.py)."""
-    r = current()
-    if r is not None:
-        r.constants[id(array)] = array  # (held: the id stays this array's)
-    return array
 
 
 def on_replay(callback, *changes) -> None:

@@ -46,19 +46,18 @@ def _replayed(draw):
 def rand(*shape, low=0.0, high=1.0, device=None, dtype="float32", requires_grad=False):
     """Uniform in [low, high)."""
     array = np.random.rand(*_shape(shape, "rand")).astype(np_dtype(dtype)) * (high - low) + low
-    return _tensor(_capture.constant(array), device, dtype, requires_grad)
+    return _tensor(array, device, dtype, requires_grad)
 
 
 @_replayed
 def randn(*shape, mean=0.0, std=1.0, device=None, dtype="float32", requires_grad=False):
     """Normal with the given mean and standard deviation."""
     array = np.random.randn(*_shape(shape, "randn")).astype(np_dtype(dtype)) * std + mean
-    return _tensor(_capture.constant(array), device, dtype, requires_grad)
+    return _tensor(array, device, dtype, requires_grad)
 
 
 def constant(*shape, c=1.0, device=None, dtype="float32", requires_grad=False):
-    array = np.full(_shape(shape, "constant"), c, dtype=np_dtype(dtype))
-    return _tensor(_capture.constant(array), device, dtype, requires_grad)
+    return _tensor(np.full(_shape(shape, "constant"), c, dtype=np_dtype(dtype)), device, dtype, requires_grad)
 
 
 def ones(*shape, device=None, dtype="float32", requires_grad=False):
@@ -77,7 +76,7 @@ def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
     array = numpy_rng.bernoulli(shape, p, dtype_name(dtype))
     if array is None:
         array = (np.random.rand(*shape) <= p).astype(np_dtype(dtype))
-    return _tensor(_capture.constant(array), device, dtype, requires_grad)
+    return _tensor(array, device, dtype, requires_grad)
 
 
 def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
@@ -114,7 +113,7 @@ def _captured_one_hot(n, labels, dtype, requires_grad):
         array = labels.realize_cached_data()
         _check_labels(n, array.numpy())
         _capture.check(array, lambda values: _check_labels(n, values))
-    classes = autograd.Tensor(_capture.constant(np.arange(n, dtype=np_dtype(labels.dtype))), device=labels.device,
+    classes = autograd.Tensor(np.arange(n, dtype=np_dtype(labels.dtype)), device=labels.device,
                               dtype=labels.dtype, requires_grad=False)
     from .. import ops  # (ops build on init: imported when first needed)
     hot = ops.astype(ops.compare("eq", labels.reshape(tuple(labels.shape) + (1,)), classes), dtype).detach()

@@ -16,7 +16,6 @@ import numpy as np
 
 from .. import init, ops
 from ..autograd import Tensor
-from ..engine import capture as _capture
 from ..errors import ShapeError, fmt_shape
 from .nn_basic import Dropout, LayerNorm1d, Linear, ReLU, Sequential
 from .nn_module import Module
@@ -45,7 +44,7 @@ class MultiHeadAttention(Module):
     def create_causal_mask(i: int, j: int, device=None, dtype: str = "float32") -> Tensor:
         """(1, 1, i, j): -float32max where key index > query index + (j - i), else 0."""
         mask = -np.finfo(np.float32).max * np.triu(np.ones((1, 1, i, j), dtype=np.float32), j - i + 1)
-        return Tensor(_capture.constant(mask), device=device, dtype=dtype, requires_grad=False)
+        return Tensor(mask, device=device, dtype=dtype, requires_grad=False)
 
     @staticmethod
     def softmax(logit: Tensor) -> Tensor:
@@ -186,8 +185,7 @@ class Transformer(Module):
             raise ShapeError(f"Transformer: sequence of length {length} is longer than sequence_len "
                              f"{self.sequence_len} (shape {fmt_shape(x.shape)})")
         positions = np.arange(length, dtype=np.float32).reshape(1, length)
-        pos = self.pos_embedding(Tensor(_capture.constant(positions), device=x.device, dtype=x.dtype,
-                                        requires_grad=False))
+        pos = self.pos_embedding(Tensor(positions, device=x.device, dtype=x.dtype, requires_grad=False))
         x = self.layers(x + pos.broadcast_to((batch, length, features)))
         if not self.batch_first:
             x = ops.transpose(x, (0, 1))

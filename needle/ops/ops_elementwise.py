@@ -10,7 +10,6 @@ import numpy
 
 from .. import array_api as A
 from ..autograd import TensorOp
-from ..engine import capture as _capture
 from ..dtypes import dtype_name
 from .checks import check_scalar as _check_real, check_scalar_fits, require_float
 from .ops_reduce import unbroadcast
@@ -140,8 +139,7 @@ def where(cond, a, b):
             else "int64"
     device = tensors[0].device if tensors else cond.device if isinstance(cond, Tensor) else None
     a, b = (x.astype(dtype) if isinstance(x, Tensor) and x.dtype != dtype else x if isinstance(x, Tensor) else
-            Tensor(_capture.constant(numpy.full((), x, dtype=numpy.dtype(dtype))), device=device, dtype=dtype,
-                   requires_grad=False)
+            Tensor(numpy.full((), x, dtype=numpy.dtype(dtype)), device=device, dtype=dtype, requires_grad=False)
             for x in (a, b))
     if not isinstance(cond, Tensor):
         cond = Tensor(numpy.asarray(cond), device=a.device, requires_grad=False)

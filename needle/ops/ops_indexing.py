@@ -405,7 +405,7 @@ def _host_index(idxs):
 #: an integer Tensor index of at most this many positions is written by kernels
 #: (repeated positions are found by comparing every pair), so a step needle.jit
 #: captures can use it; a longer one is read on the host, which a capture refuses
-DEVICE_INDEX_LIMIT = 4096
+DEVICE_INDEX_LIMIT = 1024
 
 
 def setitem(a: Tensor, idxs, value) -> Tensor:
@@ -462,10 +462,12 @@ def _setitem_by_kernels(a: Tensor, index: Tensor, value) -> Tensor:
     and a plain call too (so both compute alike).  The index is computed first and its
     values checked (and checked again at each replay).  Of repeated positions the last
     wins, as in numpy: a position is kept unless a later one repeats it, found by
-    comparing every pair."""
+    comparing every pair (in the kernels: m^2 comparisons for m positions)."""
     from .ops_compare import compare
     from .ops_elementwise import astype, where
     from .ops_reduce import summation
+    if a.dtype == "bool":  # (a sum places the values: on numbers)
+        return astype(_setitem_by_kernels(astype(a, "float32"), index, value), "bool")
     n, rest = a.shape[0], tuple(a.shape[1:])
     index.realize_cached_data()  # (its values are checked: a plain call's bad index raises here)
     i = _index_tensor(index, a.device, "setitem", n)
@@ -475,13 +477,12 @@ def _setitem_by_kernels(a: Tensor, index: Tensor, value) -> Tensor:
     flat = reshape(broadcast_to(value, tuple(i.shape) + rest), rows)
     i = reshape(i, (m,))
     i = where(compare("lt", i, 0), i + n, i)  # (negative positions count from the end)
-    later = Tensor(capture.constant(np.triu(np.ones((m, m), dtype=np.float32), 1)), device=a.device,
-                   requires_grad=False)
-    repeated = summation(astype(compare("eq", reshape(i, (m, 1)), reshape(i, (1, m))), "float32") * later, (1,))
-    last = astype(compare("eq", repeated, 0), a.dtype)
+    order = Tensor(np.arange(m, dtype=np.float32), device=a.device, requires_grad=False)
+    later = astype(compare("gt", reshape(order, (1, m)), reshape(order, (m, 1))), "float32")  # [j, k]: k after j
+    same = astype(compare("eq", reshape(i, (m, 1)), reshape(i, (1, m))), "float32")
+    last = astype(compare("eq", summation(same * later, (1,)), 0), a.dtype)
     column = (1,) * len(rest)
-    zeros = Tensor(capture.constant(np.zeros((), dtype=np_dtype(a.dtype))), device=a.device, dtype=a.dtype,
-                   requires_grad=False)
+    zeros = Tensor(np.zeros((), dtype=np_dtype(a.dtype)), device=a.device, dtype=a.dtype, requires_grad=False)
     kept = select(broadcast_to(reshape(last, (m,) + column), rows), flat, broadcast_to(zeros, rows))
     placed = scatter_add(kept, i, 0, (n,))
     written = broadcast_to(reshape(scatter_add(last, i, 0, (n,)), (n,) + column), a.shape)

@@ -90,6 +90,10 @@ class LogSumExpLess(TensorOp):
 
 
 def logsumexp_less(z, b, axes):
+    kept = tuple(s for i, s in enumerate(z.shape) if i not in normalize_axes("logsumexp", axes, len(z.shape), z.shape))
+    if tuple(b.shape) != kept:
+        raise ShapeError(f"logsumexp_less: b of shape {fmt_shape(b.shape)} must have the reduced shape "
+                         f"{fmt_shape(kept)} of z {fmt_shape(z.shape)} over axes {axes}")
     return LogSumExpLess(axes)(z, b)
 
 

@@ -815,3 +815,82 @@ def test_a_dataset_of_small_arrays_held_by_the_step_runs_plainly_and_says_so():
         f = jit(lambda x: model(x).sum() + float(len(samples)))
         return [f(T(batch(i)[0])) for i in range(4)]
     both(run, warns="MB of numpy arrays to guard")
+
+
+def test_a_state_tensor_sharing_a_parameters_storage_between_two_captures():
+    # an anchor taken with `q.data = p.detach()` shares p's storage for one call: one capture
+    # with the two as one place, one without; a replay of the first ends the sharing (p gets
+    # new data), so the next call must not reuse what that replay left (it read p's storage
+    # for q: calls after the second anchor differed)
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        anchor = [T(np.zeros(p.shape, "float32")) for p in model.parameters()]
+
+        def step(x):
+            opt.reset_grad()
+            loss = (model(x) ** 2).sum() + sum(((p - q) ** 2).sum() for p, q in zip(model.parameters(), anchor))
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(8):
+            if i in (1, 5):
+                for q, p in zip(anchor, model.parameters()):
+                    q.data = p.detach()
+            out.append(f(T(batch(i)[0])))
+        return out + model.parameters() + anchor
+    both(run, replays=4)
+
+
+def test_the_order_of_a_dict_the_step_iterates_is_a_guard():
+    scales = {"big": 1e8, "neg": -1e8, "one": 1.0}
+
+    def run(jit):
+        scales.update(big=1e8, neg=-1e8, one=1.0)
+        scales["neg"] = scales.pop("neg")  # (the capture's order: big, one, neg)
+
+        def f(x):
+            out = None
+            for s in scales.values():
+                out = x * s if out is None else out + x * s
+            return out
+        g = jit(f)
+        out = [g(T([1.0, 1.0])) for _ in range(3)]
+        scales["one"] = scales.pop("one")  # (the same keys and values, another order: big, neg, one)
+        return out + [g(T([1.0, 1.0])) for _ in range(3)]
+    both(run, replays=2)
+
+
+def test_a_jitted_function_called_inside_another_runs_inline():
+    # the outer call's warm-up is plain: an inner jitted forward that replays there would
+    # give a tensor without a graph to backward() through; a recursive call is inline too
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        forward = jit(lambda x: model(x))
+
+        def step(x, y):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(forward(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        out = [forward(T(batch(i)[0])) for i in range(3)]  # (forward has a capture of its own)
+        f = jit(step)
+        return out + [f(*map(T, batch(i))) for i in range(5)]
+    both(run, replays=2)
+
+
+def test_a_returned_tensor_that_refers_to_itself_runs_plainly():
+    def run(jit):
+        model = small()
+
+        def f(x):
+            t = model(x)
+            t.me = t
+            return t
+        g = jit(f)
+        return [g(T(batch(i)[0])) for i in range(4)]
+    both(run, warns="refers to itself")

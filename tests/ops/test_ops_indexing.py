@@ -290,3 +290,18 @@ def test_pick_bad_input(device):
         ops.pick(x, [0, 1])
     with pytest.raises(ndl.errors.IndexingError, match="pick: index 4 is out of bounds"):
         ops.pick(x, [0, 4, 1])
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int64", "float32"])
+def test_a_write_through_a_tensor_index_matches_numpy_for_each_dtype(dtype, device):
+    # (written by kernels: repeated positions, the last wins; a bool tensor as numbers)
+    rng = np.random.default_rng(3)
+    base = (rng.random((6, 2)) > 0.5) if dtype == "bool" else rng.integers(-5, 5, (6, 2)).astype(dtype)
+    index = np.array([4, -1, 4, 0])
+    values = (rng.random((4, 2)) > 0.5) if dtype == "bool" else rng.integers(-5, 5, (4, 2)).astype(dtype)
+    want = base.copy()
+    want[index] = values
+    a = ndl.Tensor(base, dtype=dtype, device=device, requires_grad=False)
+    a[ndl.Tensor(index, dtype="int64", device=device, requires_grad=False)] = \
+        ndl.Tensor(values, dtype=dtype, device=device, requires_grad=False)
+    np.testing.assert_array_equal(a.numpy(), want)
