@@ -37,6 +37,10 @@ class Builder:
         self.sources, self.bases, self.by_handle = [], [], {}
         self.templates = {}         # id(object) -> (its template, the object: kept alive meanwhile)
         self.making = set()         # ids of the objects whose templates are being made (a cycle: unsupported)
+        #: whether a tensor's template gives it back its .grad: a returned one's (`logits.grad`
+        #: read after the call), not a stored intermediate's (an attention's probabilities kept
+        #: on its module: their gradient would have to be stored by every replay)
+        self.with_grads = False
         self.source_of_tensor = {}  # id(Tensor existing before the call) -> source number
 
     def add(self, handle, source, tensor=None, base=None) -> int:
@@ -195,7 +199,7 @@ class Builder:
             if isinstance(value, TensorTuple) or isinstance(data, tuple) or not hasattr(data, "_handle"):
                 raise Unsupported("the call returns or stores a tuple-valued tensor (TensorTuple)")
             graph = value.op is not None and value.requires_grad  # (backward through it: JitError)
-            extras = [("grad", self.template(value.grad))] if value.grad is not None else []
+            extras = [("grad", self.template(value.grad))] if value.grad is not None and self.with_grads else []
             extras += [(name, self.template(v)) for name, v in object.__getattribute__(value, "__dict__").items()]
             return ("tensor", self.binding(data), value.requires_grad, graph, type(value), tuple(extras))
         if type(value) in (list, tuple) or (isinstance(value, tuple) and hasattr(value, "_fields")):
@@ -284,8 +288,10 @@ def build(recorder, call, world, initial, result, holders, created_ids) -> Captu
     b.host_arrays(recorder.host_arrays, recorder.constants)
     b.state(recorder.readers, created_ids)
     runs = b.runs(recorder)
-    writes = b.writes(holders, recorder.grads_set)
+    b.with_grads = True  # (a returned tensor's .grad, first: a tensor also stored is one object)
     template = b.template(result)
+    b.with_grads = False
+    writes = b.writes(holders, recorder.grads_set)
     checks = [(b.by_handle[id(a._handle)], fn) for a, fn in recorder.checks
               if id(getattr(a, "_handle", None)) in b.by_handle
               and b.sources[b.by_handle[id(a._handle)]].kind in ("input", "array")]

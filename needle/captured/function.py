@@ -446,10 +446,12 @@ def _close(result, world, call) -> None:
     next schedule computes whatever the user reads; then each other value on its own,
     as reading it would (`p.grad_norm = ...` read after the call)."""
     realize_nodes([])
-    made = list(tensors_in(result))
+    made = []
+    for t in tensors_in(result):  # (with what a replay gives them again: the gradient, the user's attributes)
+        made += [t, t.grad]
     made += [now for _, _, now in world_effects.diff(world) if isinstance(now, (Tensor, tuple))]
-    for t in list(tensors_in(made)):  # (with what a replay gives them again: the gradient, the user's attributes)
-        made += [t.grad, *tensors_in(list(object.__getattribute__(t, "__dict__").values()))]
+    for t in list(tensors_in(made)):
+        made += tensors_in(list(object.__getattribute__(t, "__dict__").values()))
     for t in list(world.holders) + call.inputs:
         made += [t, t.grad]
     for t in made:

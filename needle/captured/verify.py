@@ -132,9 +132,10 @@ def _contents(cell):
 
 
 def _value(value, seen=()):
-    """A comparable stand-in: a Tensor's class, shape, dtype and bits, its gradient and
-    attributes; containers item by item; other objects by type (a capture keeps only
-    objects that existed before the call, or that nothing can change).  `seen`: the
+    """A comparable stand-in: a Tensor's class, shape, dtype and bits, its attributes and
+    a leaf's gradient (a replay gives a returned tensor's back, not a stored intermediate's);
+    containers item by item; other objects by type (a capture keeps only objects that
+    existed before the call, or that nothing can change).  `seen`: the
     containers and Tensors around this value (one met again: a cycle, named, not walked)."""
     if isinstance(value, (Tensor, list, tuple, dict)):
         if id(value) in seen:
@@ -143,7 +144,8 @@ def _value(value, seen=()):
     if isinstance(value, Tensor):  # (with what backward() left on it and the user's attributes)
         data = value.numpy()
         return ("tensor", type(value).__name__, data.shape, data.dtype.str, data.tobytes(), value.requires_grad,
-                _value(value.grad, seen), _value(dict(object.__getattribute__(value, "__dict__")), seen))
+                _value(value.grad, seen) if value.op is None else "a result",  # (a stored intermediate's: none)
+                _value(dict(object.__getattribute__(value, "__dict__")), seen))
     if isinstance(value, np.ndarray):
         return ("array", value.shape, value.dtype.str, value.tobytes())
     if isinstance(value, (list, tuple)):
