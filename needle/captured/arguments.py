@@ -71,7 +71,7 @@ class Call:
         if device != "cpu" and device != "cuda":
             raise Plain  # cpu_numpy runs op by op in numpy: nothing to capture
         self.arrays.append(a)
-        return (a._shape, a._dtype, device, a._strides, a._offset, t.requires_grad)
+        return (a._shape, a._dtype, device, a._strides, a._offset, t.requires_grad, type(t))  # (isinstance(x, Parameter))
 
     def _flatten(self, value):
         if isinstance(value, Tensor):

@@ -23,6 +23,7 @@ plain calls (verify.py).
 """
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import random
@@ -141,6 +142,11 @@ class JitFunction:
         self.verify = verify or int(os.environ.get("NEEDLE_JIT_VERIFY", "0") or 0)
         functools.update_wrapper(self, fn)
         self.reset()
+
+    def __deepcopy__(self, memo):
+        """A copy of the function (and what it is bound to), without the captures: the copy
+        captures its own (a trainer holding a jitted closure, deep-copied)."""
+        return JitFunction(copy.deepcopy(self.fn, memo), self.max_captures, self.verify)
 
     def reset(self) -> None:
         """Drop every capture; the next call runs the function plainly again."""

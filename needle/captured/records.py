@@ -59,7 +59,7 @@ class Run:
     def scalars_now(self):
         if self.fixed is not None:
             return self.fixed
-        return [_Value(s()) if callable(s) else s for s in self.scalars]
+        return [_Value(float(s())) if callable(s) else s for s in self.scalars]  # (float: as RuntimeScalar() is)
 
 
 class _Value:

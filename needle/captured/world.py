@@ -50,6 +50,11 @@ LIMIT = 100_000
 ARRAY_GUARD_BYTES = 32 << 20
 
 _grad, _flag = attrgetter("grad"), attrgetter("requires_grad")
+#: what a class holds that is code, walked where the call runs it (tracing.py), not as state
+_CODE = (types.FunctionType, classmethod, staticmethod, property, type, types.MemberDescriptorType,
+         types.GetSetDescriptorType)
+
+
 class World:
     """Snapshots of the containers reachable from some roots (see the module docstring)."""
 
@@ -181,8 +186,17 @@ class World:
 
     def _class_box(self, klass) -> None:
         proxy = klass.__dict__
+        path = getattr(klass, "__qualname__", "a class")
         self._class_of[id(proxy)] = klass
-        self._box(proxy, _copy(proxy), getattr(klass, "__qualname__", "a class"))
+        self._box(proxy, _copy(proxy), path)
+        stack = []
+        for key, value in proxy.items():  # (a Tensor in a class attribute: state, where it lives)
+            if isinstance(value, Tensor) or type(value) is tuple and _has_tensor(value):
+                self._item(Attrs(klass), key, value, path_of(path, key), stack)
+            elif not isinstance(value, _CODE) and not key.startswith("__"):  # (an object it holds: `Outer.inner`)
+                stack.append((value, path_of(path, key)))
+        while stack:
+            self.add(*stack.pop())
 
     def library_classes(self) -> None:
         """Guard the library classes met (a method monkeypatched between calls), as they

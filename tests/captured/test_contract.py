@@ -894,3 +894,55 @@ def test_a_returned_tensor_that_refers_to_itself_runs_plainly():
         g = jit(f)
         return [g(T(batch(i)[0])) for i in range(4)]
     both(run, warns="refers to itself")
+
+
+class _Stats:
+    avg = None
+
+
+def test_a_state_tensor_in_a_class_attribute_is_read_where_it_lives():
+    # (a running average kept on a class, rebound by the step: replays read the capture's
+    # Tensor, silently)
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        _Stats.avg = T(np.zeros((), "float32"))
+
+        def step(x):
+            opt.reset_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            _Stats.avg = (_Stats.avg * 0.9 + loss.detach() * 0.1).detach()
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(6):
+            f(T(batch(i)[0]))
+            out.append(_Stats.avg)
+        return out + model.parameters()
+    both(run, replays=3)
+
+
+def test_a_tensor_arguments_class_is_part_of_the_key():
+    def run(jit):
+        w = T(np.ones(2, "float32"))
+        f = jit(lambda x: (x * w * (2.0 if isinstance(x, nn.Parameter) else 1.0)).sum())
+        out = []
+        for i in range(6):
+            x = (ndl.Tensor if i % 2 else nn.Parameter)(np.full(2, i, "float32"))
+            x.requires_grad = False
+            out.append(f(x))
+        return out
+    both(run, replays=2)
+
+
+def test_a_jitted_closure_deep_copies_without_its_captures():
+    import copy
+    model = small()
+    f = ndl.jit(lambda x: model(x).sum())
+    for i in range(3):
+        f(T(batch(i)[0]))
+    g = copy.deepcopy(f)
+    assert g.calls == 0 and not g.captures
+    np.testing.assert_array_equal(g(T(batch(5)[0])).numpy(), f(T(batch(5)[0])).numpy())

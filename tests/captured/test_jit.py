@@ -147,21 +147,23 @@ def test_non_tensor_arguments_select_their_own_capture():
 
 def test_the_shortcut_key_of_tensor_arguments_is_the_general_key():
     # f(x, y, z) with Tensors only skips the template walk; a call that took the walk
-    # (a Tensor subclass among them) must still find the same capture
+    # (a Tensor subclass among them) gets the key the walk gives, which holds each
+    # argument's class: a step may branch on isinstance(x, nn.Parameter)
     from needle.captured.function import Call
     ts = tuple(ndl.Tensor(np.zeros(2, "float32"), requires_grad=False) for _ in range(3))
     p = ndl.nn.Parameter(ndl.Tensor(np.zeros(2, "float32"), requires_grad=False))
     p.requires_grad = False
-    assert Call(ts, {}).key == Call((p,) + ts[1:], {}).key
+    assert Call(ts, {}).key == Call(tuple(ts), {}).key and Call(ts, {}).key != Call((p,) + ts[1:], {}).key
 
-    f = ndl.jit(lambda x, y: x * y + 1.0)
+    f = ndl.jit(lambda x, y: x * y * (2.0 if isinstance(x, ndl.nn.Parameter) else 1.0) + 1.0)
     p = ndl.nn.Parameter(ndl.Tensor(np.arange(2, dtype="float32"), requires_grad=False))
     p.requires_grad = False  # (requires_grad is part of the key: a gradient of an input is set or not)
     for _ in range(3):
         f(ts[0], ts[1])
-    f(p, ts[1])  # a Parameter: the general walk, the same key and capture
-    assert f.replays == 2 and sum(len(v) for v in f.captures.values()) == 1
-    np.testing.assert_array_equal(f(p, ts[1]).numpy(), [1.0, 1.0])
+    for _ in range(3):
+        f(p, ts[1])  # a Parameter: its own capture
+    assert f.replays == 3 and sum(len(v) for v in f.captures.values()) == 2
+    np.testing.assert_array_equal(f(p, ndl.Tensor(np.ones(2, "float32"), requires_grad=False)).numpy(), [1.0, 3.0])
 
 
 @pytest.mark.parametrize("read_each_call", [True, False])
