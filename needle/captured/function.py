@@ -331,6 +331,8 @@ class JitFunction:
         for i, x in call.objects():
             world.add(x, f"<argument {i}>")
         world.settle(_realize_now)
+        with capture.recording(None):  # (what the last call left to compute with the next schedule,
+            realize_nodes([])           # state the world may find only while the call runs: not captured)
         return world
 
     def _capture(self, call, args, kwargs):
