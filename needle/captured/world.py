@@ -8,9 +8,10 @@ code runs: tracing.py).  Every dict (objects' `__dict__` included), list, set, c
 cell and named global reachable from them is snapshot:
 
 - **guards** (checked by world_guards.py): Python values (numbers, strings, None,
-  flags, members' identities, lengths) must be as they were for a replay, compared
-  in C (`snapshot == box` compares members by identity first, containers and arrays
-  by identity only); a Tensor slot needs a Tensor of the same layout (its data is
+  flags, members' identities, lengths, the order of a dict's keys) must be as they
+  were for a replay, compared in C (`snapshot == box` compares members by identity
+  first, containers and arrays by identity only); a Tensor slot (in a container, an
+  object's or a class's attributes) needs a Tensor of the same layout (its data is
   state, read at each replay); `requires_grad` and whether `.grad` is None must be
   as they were;
 - **effects** (world_effects.py): after the call, the difference between each box
