@@ -161,7 +161,8 @@ class JitFunction:
 
     def __get__(self, obj, objtype=None):
         """@needle.jit on a method: captures per instance (by identity: two instances that
-        compare equal are two, and an unhashable one is one too), held while it lives."""
+        compare equal are two, and an unhashable one is one too), for the BOUND_INSTANCES
+        used last, each dropped when its instance goes."""
         fn = self.fn
         if self._static:
             return self
