@@ -70,6 +70,11 @@ class _Running(threading.local):
 
 _RUNNING = _Running()
 
+#: numpy arguments of a capture call kept, up to this many bytes, to check its first replay
+#: with other values against a plain call (a batch; a whole dataset passed at every call,
+#: compared at every call, would cost more than the check is worth)
+FIRST_VALUES_BYTES = 16 << 20
+
 #: instances whose captures a jitted method keeps (the least recently used go first; a
 #: capture may hold its instance, so they would not go with it; see JitFunction.__get__)
 BOUND_INSTANCES = 32
@@ -378,7 +383,7 @@ class JitFunction:
             self._run_plainly(why if why == world.too_big else f"{why}, which a replay cannot repeat")
             return result
         self._remember(result)
-        if call.values:
+        if call.values and sum(v.nbytes for v in call.values.values()) <= FIRST_VALUES_BYTES:
             step.first_values = {k: np.array(v, copy=True) for k, v in call.values.items()}
         self.captures.setdefault(call.key, []).append(step)
         self.captures.move_to_end(call.key)
