@@ -20,7 +20,7 @@ from .records import CONST, DRAW, OUT, SRC, Run, Source, layout, scalars_of
 from .step import CapturedStep
 from .numpy_args import TracedArray, recipe_of
 from . import world_effects
-from .places import ALL, SIMPLE, GradOf, Read, Slot, where_of
+from .places import ALL, SIMPLE, GradOf, Read, Slot, bound_object, where_of
 from .world import ARRAY_GUARD_SIZE
 
 
@@ -258,8 +258,8 @@ IMMUTABLE = SIMPLE + (numbers.Number, type, types.BuiltinFunctionType, types.Mod
 
 
 def _immutable(value) -> bool:
-    if isinstance(value, types.BuiltinFunctionType):  # (a bound method of a builtin object holds that object)
-        return isinstance(getattr(value, "__self__", None), (types.ModuleType, type(None)))
+    if bound_object(value) is not None:  # (a bound method of a builtin object holds that object)
+        return False
     if type(value) in (frozenset, tuple):
         return all(_immutable(v) for v in value)
     return isinstance(value, IMMUTABLE)

@@ -461,10 +461,10 @@ def _close(result, world, call) -> None:
     as reading it would (`p.grad_norm = ...` read after the call)."""
     realize_nodes([])
     made = []
-    for t in tensors_in(result):  # (with what a replay gives them again: the gradient, the user's attributes)
+    for t in tensors_in(result):  # (with the gradient a replay gives a returned tensor again)
         made += [t, t.grad]
     made += [now for _, _, now in world_effects.diff(world) if isinstance(now, (Tensor, tuple))]
-    for t in list(tensors_in(made)):
+    for t in list(tensors_in(made)):  # (and the tensors among the user's attributes on them)
         made += tensors_in(list(object.__getattribute__(t, "__dict__").values()))
     for t in list(world.holders) + call.inputs:
         made += [t, t.grad]

@@ -157,8 +157,9 @@ def recipe_of(array, values: dict, held=(), unseen: str = ""):
     (a constant); raises ValueError when it is but needle did not see how (a computation
     numpy made in C, say), or the recipe does not give it back bit for bit.  `unseen`
     names what an array the step made may have been computed from without needle seeing
-    it (numpy arguments copied in C, a large array of the state read through a copy):
-    such an array is no constant either."""
+    it (a large array of the state, not guarded by its values, read through a copy): such
+    an array is no constant either.  (A numpy argument copied in C is found by the check
+    of the first replay with other values, see JitFunction._replay.)"""
     tag = getattr(array, "_needle", None)
     if tag is None:
         if not isinstance(array, np.ndarray):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import random
+import types
 import weakref
 
 import numpy as np
@@ -73,6 +74,15 @@ def reader(obj):
     if hasattr(obj, "get") and hasattr(obj, "set"):  # (a ContextVar)
         return lambda: obj.get(MISSING)
     return lambda: obj.value
+
+
+def bound_object(value):
+    """The object a builtin method or method-wrapper is bound to (`CFG.get`'s dict), or
+    None for any other value (a module's function, an unbound builtin)."""
+    if isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) and \
+            not isinstance(value.__self__, (types.ModuleType, type(None))):
+        return value.__self__
+    return None
 
 
 def class_of(obj):

@@ -37,8 +37,8 @@ import numpy as np
 
 from ..autograd import Tensor
 from .code import user_namespace
-from .places import (MISSING, SIMPLE, Attrs, Cell, GradOf, Read, Slot, class_of, path_of, reader, rng_state, pin,
-                     pinned_copy, same_rng_state)
+from .places import (MISSING, SIMPLE, Attrs, Cell, GradOf, Read, Slot, bound_object, class_of, path_of, reader,
+                     rng_state, pin, pinned_copy, same_rng_state)
 
 #: objects the walk does not enter (their identity is guarded where they are held)
 OPAQUE = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, np.dtype)
@@ -123,8 +123,7 @@ class World:
                             self._library_classes.append(klass)
             elif isinstance(value, types.ModuleType):
                 self.namespaces.append(value)  # (the attributes its users read: see `namespace_attributes`)
-            elif isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) and \
-                    not isinstance(value.__self__, (types.ModuleType, type(None))):
+            elif bound_object(value) is not None:
                 stack.append((value.__self__, path))  # (`get = CFG.get`: what it reads is the dict's)
             elif isinstance(value, OPAQUE):
                 continue
@@ -170,9 +169,9 @@ class World:
     def add_local(self, value, path: str) -> None:
         """`add` for a value the running call may have made (a closure variable of the
         code it enters): not `reached`."""
-        before = set(self._seen)
+        start = len(self._walked)
         self.add(value, path)
-        self._locals |= self._seen - before
+        self._locals.update(map(id, self._walked[start:]))
 
     def built(self) -> None:
         """The capture is built: `reached` is asked no more, the objects met need not be held

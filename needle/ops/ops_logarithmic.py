@@ -36,16 +36,23 @@ class LogSumExp(TensorOp):
         self.axes = axes
 
     def compute(self, z):
-        axes = normalize_axes("logsumexp", self.axes, z.ndim, z.shape)
-        for ax in axes:
-            if z.shape[ax] == 0:
-                raise ShapeError(f"logsumexp: cannot reduce over empty axis {ax} of shape {fmt_shape(z.shape)}")
-        m = _stable_max(z, axes)
-        out = A.log(A.summation(A.exp(z - A.broadcast_to(m, z.shape)), axis=axes, keepdims=True)) + m
-        return A.reshape(out, tuple(s for i, s in enumerate(z.shape) if i not in axes))
+        log_total, m, kept = _shifted_log_total(z, self.axes)
+        return A.reshape(log_total + m, kept)
 
     def gradient(self, out_grad, node):
         return _logsumexp_gradient(out_grad, node.inputs[0], self.axes)
+
+
+def _shifted_log_total(z, axes):
+    """(log(sum(exp(z - m))) and m over `axes`, both kept as size 1, the reduced shape):
+    m the stable max, so exp cannot overflow."""
+    axes = normalize_axes("logsumexp", axes, z.ndim, z.shape)
+    for ax in axes:
+        if z.shape[ax] == 0:
+            raise ShapeError(f"logsumexp: cannot reduce over empty axis {ax} of shape {fmt_shape(z.shape)}")
+    m = _stable_max(z, axes)
+    log_total = A.log(A.summation(A.exp(z - A.broadcast_to(m, z.shape)), axis=axes, keepdims=True))
+    return log_total, m, tuple(s for i, s in enumerate(z.shape) if i not in axes)
 
 
 def _logsumexp_gradient(out_grad, z, axes):
@@ -79,11 +86,8 @@ class LogSumExpLess(TensorOp):
         self.axes = axes
 
     def compute(self, z, b):
-        axes = normalize_axes("logsumexp", self.axes, z.ndim, z.shape)
-        kept = tuple(s for i, s in enumerate(z.shape) if i not in axes)
-        m = _stable_max(z, axes)
-        total = A.summation(A.exp(z - A.broadcast_to(m, z.shape)), axis=axes, keepdims=True)
-        return A.reshape(A.log(total), kept) + (A.reshape(m, kept) - b)
+        log_total, m, kept = _shifted_log_total(z, self.axes)
+        return A.reshape(log_total, kept) + (A.reshape(m, kept) - b)
 
     def gradient(self, out_grad, node):
         return _logsumexp_gradient(out_grad, node.inputs[0], self.axes), -out_grad

@@ -870,15 +870,8 @@ def test_a_jitted_function_called_inside_another_runs_inline():
         model = small()
         opt = optim.SGD(model.parameters(), lr=0.1)
         forward = jit(lambda x: model(x))
-
-        def step(x, y):
-            opt.reset_grad()
-            loss = nn.SoftmaxLoss()(forward(x), y)
-            loss.backward()
-            opt.step()
-            return loss
         out = [forward(T(batch(i)[0])) for i in range(3)]  # (forward has a capture of its own)
-        f = jit(step)
+        f = jit(sgd_step(forward, opt))
         return out + [f(*map(T, batch(i))) for i in range(5)]
     both(run, replays=2)
 
