@@ -21,6 +21,9 @@ it; the layers below report to it, each through one cheap check on its own path
 - `host_read(what)`: a value is about to be read back to Python, which a replay
   cannot repeat: JitError naming the user's line.
 
+`unwatched()` is the other way round: the engine's own work (planning and compiling
+a schedule) runs without the capture's call hook.
+
 This module imports nothing from needle above the error classes and the observed
 flag (it raises `observing.OBSERVED` while any thread records), so every layer
 can call into it.
@@ -147,6 +150,23 @@ def _count(change: int) -> None:
 def current():
     """This thread's Recorder, or None."""
     return getattr(_LOCAL, "recorder", None)
+
+
+@contextlib.contextmanager
+def unwatched():
+    """The block runs without this thread's profile hook while it records a call:
+    the capture's Tracer (captured/tracing.py) sees every Python call, and planning a
+    schedule, which calls no user code, took 5x as long under it (ResNet9's capture
+    call: 1.9 s instead of 0.35)."""
+    hook = sys.getprofile() if current() is not None else None
+    if hook is None:
+        yield
+        return
+    sys.setprofile(None)
+    try:
+        yield
+    finally:
+        sys.setprofile(hook)
 
 
 def read_state(tensor, data) -> None:
