@@ -21,6 +21,7 @@ the pass decided to store, with the reason.  A `gather` read as is stays inline
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from ..ir.nodes import ELEMENTWISE, MOVEMENT, Node
@@ -188,6 +189,7 @@ class _Folder:
         return Node("view", (base,), view, view.shape, base.dtype, base.device, base.origin)
 
 
+@functools.lru_cache(maxsize=4096)
 def split_point(shape, chain, read_windows: bool) -> tuple:
     """(k, reason): pushing `chain` into an elementwise node of `shape` stops before
     op k, and the node read through ops[:k] is stored (a copy; `reason` names why),
@@ -241,8 +243,11 @@ def base_view(base) -> View:
     return View.contiguous(base.shape)
 
 
+@functools.lru_cache(maxsize=4096)
 def move(view: View, op: str, arg):
-    """Apply one movement op to a view; None when it cannot be expressed."""
+    """Apply one movement op to a view; None when it cannot be expressed.  (Memoized,
+    as `split_point`: pure, and a graph asks the same of the same views many times;
+    planning ResNet9's step spent half its time here.)"""
     if op == "reshape":
         return view.reshape(arg)
     if op == "permute":
