@@ -913,3 +913,29 @@ def test_python_numbers_a_step_changes_on_its_objects_run_it_plainly():
             for i in range(5):
                 fn(_data(i)[0])
         assert model.seen == 25 and fn.replays == 0
+
+
+def test_the_capture_plans_without_its_call_hook_and_watches_the_step_again_after(monkeypatch):
+    # (the capture's profile hook had seen every call of the compiler's passes: planning
+    # took 5x as long; the engine's own work now runs without it, and the step's code after
+    # a schedule is still watched: a host call there still makes the call run plainly)
+    import sys
+    import time
+    from needle.compiler import schedule
+    hooks, plan = [], schedule.plan
+    monkeypatch.setattr(schedule, "plan", lambda *a, **k: (hooks.append(sys.getprofile()), plan(*a, **k))[1])
+    with ndl.lazy(True):
+        model = _small_model()
+        x = _data(0)[0]
+
+        def f(x):
+            h = model(x).relu()
+            ndl.realize(h)  # (a schedule planned in the middle of the call)
+            time.perf_counter()
+            return h.sum()
+        fn = ndl.jit(f)
+        with pytest.warns(UserWarning, match=r"calls perf_counter\(\)"):
+            for _ in range(3):
+                fn(x)
+        assert fn.replays == 0 and hooks and all(h is None for h in hooks)
+        assert sys.getprofile() is None
