@@ -31,6 +31,15 @@ class Target:
     unroll_min_work: int = 0
     grid: bool = False
 
+    def __hash__(self) -> int:
+        """Hashed once: every eager op's cache lookup hashes its target."""
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash((self.name, self.vector_bytes, self.threads, self.bounds_check, self.cpu, self.features,
+                          self.unroll_min_work, self.grid))
+            object.__setattr__(self, "_hash", found)
+        return found
+
     @property
     def loop_nests(self) -> bool:
         """Kernels are loop nests (a CPU): the passes that shape loops apply."""
