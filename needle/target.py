@@ -40,6 +40,10 @@ class Target:
             object.__setattr__(self, "_hash", found)
         return found
 
+    def __getstate__(self) -> dict:
+        """Pickled without the hash (a string's hash differs between processes)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def loop_nests(self) -> bool:
         """Kernels are loop nests (a CPU): the passes that shape loops apply."""

@@ -72,3 +72,22 @@ def test_the_schedule_cache_keys_on_the_target(monkeypatch):
             (x * 3.0 + 1.5).numpy()
         hits.append(ndl.runtime.stats()["schedule_cache_hits"] - before)
     assert hits[1] == 0 and hits[2] == 1
+
+
+def test_a_target_hashes_as_its_fields_also_after_pickling_and_replace():
+    # (the hash is kept after its first use: a pickled one must not carry it to another
+    # process, where strings hash differently, and replace() must not copy it)
+    import pickle
+    import subprocess
+    import sys
+    from dataclasses import replace
+    from needle.target import Target
+    t = Target("cpu", 32, threads=2, cpu="znver3", features="+avx2,+fma")
+    hash(t)
+    other = replace(t, threads=1)
+    assert other != t and hash(other) != hash(t) and hash(replace(other, threads=2)) == hash(t)
+    data = pickle.dumps(t)
+    code = ("import pickle, sys; from needle.target import Target; t = pickle.loads(sys.stdin.buffer.read()); "
+            "print(hash(t) == hash(Target('cpu', 32, threads=2, cpu='znver3', features='+avx2,+fma')))")
+    out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, check=True)
+    assert out.stdout.decode().strip() == "True"
