@@ -40,7 +40,7 @@ def _run(op_key, build_node, *arrays, scalar=None):
                tuple([a is b for a in arrays for b in arrays]), target)
         known = _KNOWN.get(key)
         if known is not None:
-            entry = cache.entries.get(cache.key(known[0], target))
+            entry = cache.find(known[0], target)
             if entry is not None:
                 scalars = [build.scalar_value(scalar, arrays[0].dtype)] if known[2] else []
                 return _launch(entry, [arrays[i] for i in known[1]], scalars, device)

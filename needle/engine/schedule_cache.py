@@ -48,13 +48,20 @@ class ScheduleCache:
         those lines (compiler/call_origins.py)."""
         return structure_key, target, build.STAMP is not None if stamped is None else stamped
 
+    def find(self, structure_key, target: Target):
+        """The compiled schedule of a graph of this structure for `target`, or None.  A
+        plan that names source lines serves a graph built without them as well (the first
+        replay of a needle.jit capture checks a plain call of the same graph)."""
+        key = self.key(structure_key, target)
+        entry = self.entries.get(key)
+        if entry is None and not key[2]:
+            entry = self.entries.get(self.key(structure_key, target, True))
+        return entry
+
     def _lookup(self, nodes):
         signature = scheduling.structure(nodes)
         target = self.target()
-        key = self.key(signature.key, target)
-        entry = self.entries.get(key)
-        if entry is None and not key[2]:  # a plan that names source lines serves as well (needle.jit's
-            entry = self.entries.get(self.key(signature.key, target, True))  # first replay checks a plain call)
+        entry = self.find(signature.key, target)
         if entry is not None:
             counters.add("schedule_cache_hits")
             return entry, signature.leaves, signature.scalars
@@ -68,7 +75,7 @@ class ScheduleCache:
                     if config.DEBUG >= 4:
                         print(self.backend.code(c.kernel, target))
             entry = compile_schedule(schedule, target, self.backend)
-        self.entries.put(key, entry)
+        self.entries.put(self.key(signature.key, target), entry)
         return entry, signature.leaves, signature.scalars
 
     def clear(self) -> None:

@@ -74,3 +74,19 @@ def test_a_repeated_eager_op_runs_its_compiled_schedule_directly(monkeypatch):
     t = a.permute((1, 0))
     np.testing.assert_array_equal((t * 1.75).numpy(), base.T * np.float32(1.75))
     assert len(graphs) == built + 1  # a new layout is a new graph
+
+
+def test_an_eager_op_first_planned_inside_a_profile_runs_directly_afterwards(monkeypatch):
+    # (a plan made while a profile stamps source lines also serves unstamped graphs; the
+    # shortcut had looked for an unstamped plan only, and built a graph for every op after)
+    base = np.random.default_rng(6).standard_normal((16, 16)).astype(np.float32)
+    a = nd.array(base, device=ndl.cpu())
+    with ndl.profile():
+        (a * 3.0 + a).exp()
+    (a * 3.0 + a).exp()
+    graphs = []
+    original = schedule_cache.realize
+    monkeypatch.setattr(schedule_cache, "realize", lambda nodes: (graphs.append(nodes), original(nodes))[1])
+    got = (a * 3.0 + a).exp().numpy()
+    assert not graphs
+    np.testing.assert_allclose(got, np.exp(base * np.float32(3.0) + base), rtol=4 * np.finfo(np.float32).eps)
