@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 
+from ..engine import capture
 from .code import is_user_code, line_of, names_of
 
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,7 +45,7 @@ class Tracer:
         return self
 
     def __exit__(self, *exc):
-        sys.setprofile(self.previous)
+        capture.set_profile(self.previous)  # (a cProfile around the loop: enabled again)
         return False
 
     def note(self, what: str, frame=None) -> None:

@@ -30,6 +30,7 @@ can call into it.
 """
 from __future__ import annotations
 
+import _lsprof
 import contextlib
 import linecache
 import os
@@ -166,6 +167,15 @@ def unwatched():
     try:
         yield
     finally:
+        set_profile(hook)
+
+
+def set_profile(hook) -> None:
+    """Put back a profile hook that `sys.getprofile()` returned: a function, or a
+    profiler that installs its hook in C (cProfile's, which sys.setprofile refuses)."""
+    if isinstance(hook, _lsprof.Profiler):
+        hook.enable()
+    else:
         sys.setprofile(hook)
 
 

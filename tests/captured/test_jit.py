@@ -939,3 +939,25 @@ def test_the_capture_plans_without_its_call_hook_and_watches_the_step_again_afte
                 fn(x)
         assert fn.replays == 0 and hooks and all(h is None for h in hooks)
         assert sys.getprofile() is None
+
+
+def test_a_cprofile_around_a_jitted_loop_keeps_profiling():
+    # (the capture took the profiler's hook and gave it back with sys.setprofile, which
+    # refuses cProfile's: TypeError at the first capture)
+    import cProfile
+    import pstats
+    import sys
+    with ndl.lazy(True):
+        model, opt = make_mlp()
+        step = ndl.jit(_training_step(model, opt, use_jit=False))
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            for i in range(4):
+                step(*[ndl.Tensor(v, requires_grad=False) for v in next(batches(1))])
+                assert sys.getprofile() is profiler
+        finally:
+            profiler.disable()
+        assert step.replays >= 1
+        names = {f[2] for f in pstats.Stats(profiler).stats}
+        assert "_replay" in names  # (calls after the capture were profiled)
