@@ -173,8 +173,12 @@ class Optimizer:
         raise NotImplementedError()
 
     def state_tensors(self) -> List[Tensor]:
-        """Every tensor of optimizer state (momentum buffers, moments)."""
-        return []
+        """Every tensor of optimizer state (momentum buffers, moments), computed with the
+        step's schedule.  By default every Tensor the optimizer holds in its attributes
+        but its parameters: a subclass's own `_update` that `keep`s state and names none
+        here would otherwise chain each step's graph to the last in lazy mode."""
+        params = {id(p) for p in self.params}
+        return [t for t in tensors_in(self.__dict__) if id(t) not in params]
 
 
 class ParamGroup(MutableMapping):

@@ -335,3 +335,32 @@ def test_steps_leave_no_garbage_cycles(make_opt):
     finally:
         gc.enable()
     assert grown < 20, grown
+
+
+def test_a_subclass_update_that_keeps_state_gets_it_computed_with_the_step():
+    # (the base class's state_tensors() named no state: a subclass's kept momentum stayed
+    # pending, each step's graph chained to the last, and lazy steps slowed step by step)
+    from needle.optim.optimizer import Optimizer, data_of, keep
+
+    class Momentum(Optimizer):
+        def __init__(self, params, lr=0.1, beta=0.9):
+            super().__init__(params, lr)
+            self.beta, self.m = beta, {}
+
+        def _update(self, i, p, g):
+            m = g * (1 - self.beta) + (data_of(self.m[i]) * self.beta if i in self.m else 0)
+            keep(self.m, i, m)
+            return p - m * self.lr
+
+    params = make_params()
+    start = [p.numpy().astype(np.float64) for p in params]
+    grads = grad_sequence()
+    opt = Momentum(params)
+    for step_grads in grads:
+        for p, g in zip(params, step_grads):
+            p.grad = ndl.Tensor(g, requires_grad=False)
+        opt.step()
+        assert not any(is_pending(t._cached_data) for t in opt.m.values())
+    want = sgd_reference(start, grads, lr=0.1, momentum=0.9, wd=0.0)
+    for p, w in zip(params, want):
+        np.testing.assert_allclose(p.numpy(), w, rtol=1e-5, atol=1e-6)
