@@ -170,9 +170,7 @@ def jitted_linear_step(x, w):
 
 def test_replayed_jit_steps_name_their_fused_ops_and_lines():
     """A replay builds no graph: the capture records what each kernel computes, so a
-    profile of replayed steps still shows the fused ops and the user's lines.  (Shapes no
-    other test uses: a schedule planned for another function's identical graph, cached,
-    names that function's lines.)"""
+    profile of replayed steps still shows the fused ops and the user's lines."""
     rng = np.random.default_rng(3)
     x = ndl.Tensor(rng.standard_normal((13, 7)).astype(np.float32), requires_grad=False)
     w = ndl.Tensor(rng.standard_normal((7, 5)).astype(np.float32))
@@ -187,3 +185,41 @@ def test_replayed_jit_steps_name_their_fused_ops_and_lines():
     assert any("MatMul" in r.ops for r in rows) and any(op.startswith("d") for r in rows for op in r.ops)
     lines = set().union(*(set(r.lines) for r in rows))
     assert lines and lines <= {_line_of(jitted_linear_step, "x @ w"), _line_of(jitted_linear_step, "h * h")}
+
+
+def same_graph_elsewhere(a, b):
+    y = ndl.relu(a * b)  # the graph of fused_step, on another line
+    return y.sum(axes=(1,))
+
+
+def test_a_graph_planned_for_other_lines_is_named_by_its_own():
+    # (plans made while lines are stamped were cached by structure alone: a profile of
+    # one function named the lines of another that had planned the same graph first)
+    a, b = _inputs((21, 11))
+    for func, text in ((fused_step, "relu"), (same_graph_elsewhere, "relu"), (fused_step, "relu")):
+        with ndl.profile() as p:
+            func(a, b).numpy()
+        lines = set().union(*(set(r.lines) for r in p.rows()))
+        assert lines == {_line_of(func, text), _line_of(func, "sum")}
+
+
+def test_a_replay_after_an_eager_op_names_the_replayed_lines():
+    # (the kernel timer took the lines of the thread's last realize for any schedule the
+    # profile had seen: replays after an eager op were credited to that op's line)
+    rng = np.random.default_rng(4)
+    x = ndl.Tensor(rng.standard_normal((11, 7)).astype(np.float32), requires_grad=False)
+    w = ndl.Tensor(rng.standard_normal((7, 3)).astype(np.float32))
+    step = ndl.jit(jitted_linear_step)
+    for _ in range(3):
+        step(x, w)
+    with ndl.profile() as p:
+        jitted_linear_step(x, w).numpy()  # a plain call: the profile sees the schedule
+        with ndl.lazy(False):
+            eager, eager_line = x * 2.0, (__file__, inspect.currentframe().f_lineno)
+        for _ in range(2):
+            step(x, w).numpy()
+    assert step.replays >= 3
+    replayed = [r for r in p.rows() if r.calls > 1]
+    assert replayed and all(eager_line not in r.lines for r in replayed)
+    assert any(eager_line in r.lines for r in p.rows())
+    del eager

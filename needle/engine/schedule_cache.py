@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 
 from .. import config
 from ..compiler import schedule as scheduling
 from ..ir import build
+from ..ir.nodes import toposort
 from ..runtime import counters, cuda as cuda_runtime
 from ..runtime.lru import LRUCache
 from ..target import Target
@@ -30,6 +32,8 @@ class ScheduleCache:
         self.target = backend.target
         self.entries = LRUCache("schedule", lambda: (config.SCHEDULE_CACHE_SIZE, config.SCHEDULE_CACHE_BYTES),
                                 lambda entry: getattr(entry, "nbytes", 0))
+        #: entry -> the user's lines its calls name, for plans made while lines are stamped
+        self.lines = weakref.WeakKeyDictionary()
         #: while a profile watches this device: `observer(lookup, nodes)` calls `lookup(nodes)`
         #: and notes what it found and what it cost (set by needle.profiler; the eager
         #: shortcut, which skips `get`, stands aside while it is set)
@@ -45,7 +49,8 @@ class ScheduleCache:
     def key(structure_key, target: Target, stamped: bool = None) -> tuple:
         """The cache key of a graph of this structure planned for `target`.  A graph
         built while source lines are stamped gets a plan of its own, whose calls name
-        those lines (compiler/call_origins.py)."""
+        those lines (compiler/call_origins.py; `lines` says which, and a graph of the same
+        structure from other lines is planned again)."""
         return structure_key, target, build.STAMP is not None if stamped is None else stamped
 
     def find(self, structure_key, target: Target):
@@ -62,6 +67,9 @@ class ScheduleCache:
         signature = scheduling.structure(nodes)
         target = self.target()
         entry = self.find(signature.key, target)
+        lines = _lines_of(nodes) if build.STAMP is not None else None
+        if lines is not None and entry is not None and self.lines.get(entry) != lines:
+            entry = None  # (planned for other lines: a profile would name them for these nodes)
         if entry is not None:
             counters.add("schedule_cache_hits")
             return entry, signature.leaves, signature.scalars
@@ -76,10 +84,17 @@ class ScheduleCache:
                         print(self.backend.code(c.kernel, target))
             entry = compile_schedule(schedule, target, self.backend)
         self.entries.put(self.key(signature.key, target), entry)
+        if lines is not None:
+            self.lines[entry] = lines
         return entry, signature.leaves, signature.scalars
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+def _lines_of(nodes) -> tuple:
+    """The user's line stamped on each node of the graph (profiler/sources.py), in order."""
+    return tuple([getattr(n.origin, "where", None) for n in toposort(nodes)])
 
 
 def cpu_target() -> Target:

@@ -149,7 +149,7 @@ class Profile:
             if known is None:
                 known = self._calls[id(entry)] = (entry, attribution.describe_calls(entry))
         single = attribution.is_single_op(nodes)
-        self._local.current = (known[1], attribution.eager_lines(nodes) if single else None)
+        self._local.current = (id(entry), attribution.eager_lines(nodes) if single else None)
         self.overhead += time.perf_counter() - start
 
     def _make_timer(self, device: str):
@@ -158,8 +158,9 @@ class Profile:
             known = self._calls.get(id(entry))
             if known is not None:  # a realize this profile saw (eager ops: the line of the op)
                 name, info = known[1][i]
-                current = getattr(self._local, "current", None)
-                lines = current[1] if current is not None and current[1] is not None else dict(info.lines)
+                current = getattr(self._local, "current", None)  # (the realize this thread noted last:
+                eager = current is not None and current[0] == id(entry)  # not a replay of a schedule it ran)
+                lines = current[1] if eager and current[1] is not None else dict(info.lines)
             else:  # a replayed step of needle.jit: what its schedule's calls record
                 with self._lock:
                     replayed = self._replayed.get(id(entry))
