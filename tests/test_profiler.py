@@ -223,3 +223,23 @@ def test_a_replay_after_an_eager_op_names_the_replayed_lines():
     assert replayed and all(eager_line not in r.lines for r in replayed)
     assert any(eager_line in r.lines for r in p.rows())
     del eager
+
+
+def test_graphs_of_one_structure_from_two_places_are_planned_once_each(monkeypatch):
+    # (a plan per structure and "stamped" had each function's graph push out the other's
+    # while a profile or needle.viz ran: planned again at every call)
+    from needle.compiler import schedule
+    plans, plan = [], schedule.plan
+    monkeypatch.setattr(schedule, "plan", lambda *a, **k: (plans.append(1), plan(*a, **k))[1])
+    a, b = _inputs((23, 13))
+    with ndl.profile() as p:
+        for _ in range(4):
+            fused_step(a, b).numpy()
+            same_graph_elsewhere(a, b).numpy()
+        with ndl.lazy(False):  # eager ops: one plan serves every line that runs the op
+            for _ in range(3):
+                (a * b).numpy()
+                (b * a).numpy()
+    assert len(plans) == 3
+    lines = set().union(*(set(r.lines) for r in p.rows()))
+    assert {_line_of(fused_step, "relu"), _line_of(same_graph_elsewhere, "relu")} <= lines

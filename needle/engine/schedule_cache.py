@@ -32,8 +32,10 @@ class ScheduleCache:
         self.target = backend.target
         self.entries = LRUCache("schedule", lambda: (config.SCHEDULE_CACHE_SIZE, config.SCHEDULE_CACHE_BYTES),
                                 lambda entry: getattr(entry, "nbytes", 0))
-        #: entry -> the user's lines its calls name, for plans made while lines are stamped
-        self.lines = weakref.WeakKeyDictionary()
+        #: (structure key, target) -> the last plan made while source lines were stamped, which
+        #: serves a graph built without them as well (the first replay of a needle.jit capture
+        #: checks a plain call of the capture's graph); held as long as the cache holds it
+        self.stamped = weakref.WeakValueDictionary()
         #: while a profile watches this device: `observer(lookup, nodes)` calls `lookup(nodes)`
         #: and notes what it found and what it cost (set by needle.profiler; the eager
         #: shortcut, which skips `get`, stands aside while it is set)
@@ -46,30 +48,26 @@ class ScheduleCache:
         return self._lookup(nodes)
 
     @staticmethod
-    def key(structure_key, target: Target, stamped: bool = None) -> tuple:
+    def key(structure_key, target: Target, lines: tuple = None) -> tuple:
         """The cache key of a graph of this structure planned for `target`.  A graph
-        built while source lines are stamped gets a plan of its own, whose calls name
-        those lines (compiler/call_origins.py; `lines` says which, and a graph of the same
-        structure from other lines is planned again)."""
-        return structure_key, target, build.STAMP is not None if stamped is None else stamped
+        built while source lines are stamped (a profile, needle.viz, a needle.jit capture)
+        gets a plan of its own for its `lines` (`lines_of`), whose calls name them
+        (compiler/call_origins.py)."""
+        return structure_key, target, lines
 
-    def find(self, structure_key, target: Target):
-        """The compiled schedule of a graph of this structure for `target`, or None.  A
-        plan that names source lines serves a graph built without them as well (the first
-        replay of a needle.jit capture checks a plain call of the same graph)."""
-        key = self.key(structure_key, target)
-        entry = self.entries.get(key)
-        if entry is None and not key[2]:
-            entry = self.entries.get(self.key(structure_key, target, True))
+    def find(self, structure_key, target: Target, lines: tuple = None):
+        """The compiled schedule of a graph of this structure for `target` (and `lines`,
+        when stamped), or None.  A graph built without lines takes a stamped plan too."""
+        entry = self.entries.get(self.key(structure_key, target, lines))
+        if entry is None and lines is None:
+            entry = self.stamped.get((structure_key, target))
         return entry
 
     def _lookup(self, nodes):
         signature = scheduling.structure(nodes)
         target = self.target()
-        entry = self.find(signature.key, target)
-        lines = _lines_of(nodes) if build.STAMP is not None else None
-        if lines is not None and entry is not None and self.lines.get(entry) != lines:
-            entry = None  # (planned for other lines: a profile would name them for these nodes)
+        lines = lines_of(nodes) if build.STAMP is not None else None
+        entry = self.find(signature.key, target, lines)
         if entry is not None:
             counters.add("schedule_cache_hits")
             return entry, signature.leaves, signature.scalars
@@ -83,17 +81,23 @@ class ScheduleCache:
                     if config.DEBUG >= 4:
                         print(self.backend.code(c.kernel, target))
             entry = compile_schedule(schedule, target, self.backend)
-        self.entries.put(self.key(signature.key, target), entry)
+        self.entries.put(self.key(signature.key, target, lines), entry)
         if lines is not None:
-            self.lines[entry] = lines
+            self.stamped[(signature.key, target)] = entry
         return entry, signature.leaves, signature.scalars
 
     def clear(self) -> None:
         self.entries.clear()
+        self.stamped.clear()
 
 
-def _lines_of(nodes) -> tuple:
-    """The user's line stamped on each node of the graph (profiler/sources.py), in order."""
+def lines_of(nodes) -> tuple:
+    """The user's line stamped on each node of the graph (profiler/sources.py), in order:
+    a stamped graph's part of its cache key.  Empty for one op over loads (an eager op's
+    graph): one plan serves every line that runs the op, and a profile names the line
+    from the node itself (profiler/attribution.eager_lines)."""
+    if len(nodes) == 1 and all(not s.srcs for s in nodes[0].srcs):
+        return ()
     return tuple([getattr(n.origin, "where", None) for n in toposort(nodes)])
 
 
