@@ -295,11 +295,13 @@ class JitFunction:
     def _run_plainly(self, why: str) -> None:
         """From now on (until reset()) every call runs the function, saying why."""
         self.plain = True
+        self._warn(f"{why}; it runs without capture from now on (reset() tries again)")
+
+    def _warn(self, what: str) -> None:
         frame, level = sys._getframe(0), 1  # (the warning names the user's line)
         while frame is not None and frame.f_code.co_filename.startswith(_NEEDLE_DIR):
             frame, level = frame.f_back, level + 1
-        warnings.warn(f"needle.jit({self.name}): {why}; it runs without capture from now on (reset() tries "
-                      "again)", stacklevel=level)
+        warnings.warn(f"needle.jit({self.name}): {what}", stacklevel=level)
 
     def _remember(self, result):
         """Note returned Tensors that carry a graph: a backward() through one of them
@@ -342,6 +344,11 @@ class JitFunction:
         return world
 
     def _capture(self, call, args, kwargs):
+        hook = sys.getprofile()
+        if not capture.can_give_back(hook):  # (the Tracer takes the hook for the call)
+            self._warn(f"a profiler whose hook needle cannot give back ({type(hook).__name__}) is on, so this call "
+                       "runs without capture (calls after the profiler ends are captured)")
+            return self.fn(*args, **kwargs)
         world = self._world(call)
         if world.too_big:
             self._run_plainly(world.too_big)

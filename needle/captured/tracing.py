@@ -14,6 +14,7 @@ Numpy arguments are traced by numpy_args.py; the notes of what they do come here
 """
 from __future__ import annotations
 
+import _lsprof
 import io
 import os
 import sys
@@ -41,6 +42,12 @@ class Tracer:
 
     def __enter__(self):
         self.previous = sys.getprofile()
+        # a hook of the user's written in Python (profile, a debugger's) sees every event
+        # through ours, so it finds its calls and returns paired when it gets its hook back
+        self.chained = self.previous if callable(self.previous) else None
+        recorder = capture.current()
+        if recorder is not None:
+            recorder.quiet_hook = self.chained
         sys.setprofile(self._event)
         return self
 
@@ -52,6 +59,11 @@ class Tracer:
         self.effects.append((what, line_of(frame or sys._getframe(1))))
 
     def _event(self, frame, event, arg) -> None:
+        if self.chained is not None:
+            self.chained(frame, event, arg)
+        if event == "c_call" and _switches_profile(arg) and not frame.f_code.co_filename.startswith(_NEEDLE_DIR):
+            self.note(f"{getattr(arg, '__qualname__', arg)}() (the hook through which needle watches the call)",
+                      frame)
         if event == "call":
             code = frame.f_code
             if code in _HOST_CODES and _called_by_user(frame):
@@ -114,6 +126,13 @@ def _library_call_of_user(frame) -> bool:
 
 
 _STDLIB = os.path.dirname(os.__file__)
+
+
+def _switches_profile(fn) -> bool:
+    """Whether calling `fn` replaces the profile hook: sys.setprofile, or a C profiler's
+    (cProfile's) enable or disable."""
+    return fn is sys.setprofile or (isinstance(getattr(fn, "__self__", None), _lsprof.Profiler)
+                                    and getattr(fn, "__name__", "") in ("enable", "disable"))
 _FILE_OPENS = {open, io.open, os.open}
 _ENGINE_DIRS = tuple(os.path.join(_NEEDLE_DIR, d) + os.sep for d in ("engine", "compiler", "codegen", "runtime",
                                                                       "backend_ndarray"))

@@ -112,6 +112,7 @@ class Recorder:
         self.host_arrays = []  # (host array, NDArray made from it, user line)
         self.refused = []      # the JitErrors raised for values read (the step may catch them)
         self.constants = {}    # id -> host array needle's own code made a Tensor from (see `host_array`)
+        self.quiet_hook = None  # the profile hook the engine's own work runs under (`unwatched`)
 
     def read_state(self, tensor, data) -> None:
         for x in (data if isinstance(data, tuple) else (data,)):
@@ -155,19 +156,28 @@ def current():
 
 @contextlib.contextmanager
 def unwatched():
-    """The block runs without this thread's profile hook while it records a call:
-    the capture's Tracer (captured/tracing.py) sees every Python call, and planning a
-    schedule, which calls no user code, took 5x as long under it (ResNet9's capture
-    call: 1.9 s instead of 0.35)."""
-    hook = sys.getprofile() if current() is not None else None
+    """The block runs without the capture's profile hook while this thread records a
+    call: the capture's Tracer (captured/tracing.py) sees every Python call, and
+    planning a schedule, which calls no user code, took 5x as long under it (ResNet9's
+    capture call: 1.9 s instead of 0.35).  A hook of the user's that the Tracer passes
+    its events on to (the recorder's `quiet_hook`: a pure-Python profiler) goes on
+    seeing everything, so its calls and returns stay paired."""
+    recorder = current()
+    hook = sys.getprofile() if recorder is not None else None
     if hook is None:
         yield
         return
-    sys.setprofile(None)
+    sys.setprofile(recorder.quiet_hook)
     try:
         yield
     finally:
         set_profile(hook)
+
+
+def can_give_back(hook) -> bool:
+    """Whether `set_profile` can put back this hook that `sys.getprofile()` returned
+    (not a C profiler's state other than cProfile's: pyinstrument's, say)."""
+    return hook is None or callable(hook) or isinstance(hook, _lsprof.Profiler)
 
 
 def set_profile(hook) -> None:

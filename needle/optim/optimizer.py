@@ -278,18 +278,26 @@ def data_of(t: Tensor):
 
 
 def _state(array) -> Tensor:
-    """An update's result as a constant Tensor (new parameter data, optimizer state)."""
-    return Tensor.make_const(array)
+    """An update's result as a constant Tensor (new parameter data, optimizer state),
+    computed with the step's schedule wherever it is kept (a subclass's own object that
+    `state_tensors` does not reach), not chained to the next step's graph."""
+    tensor = Tensor.make_const(array)
+    if getattr(array, "is_lazy", False):
+        realize_later(tensor)
+    return tensor
 
 
 def keep(store: dict, index: int, array) -> None:
     """Optimizer state kept as torch keeps it: a Tensor made once, then given each step's
-    new data in place (so a captured step writes into the same Tensors)."""
+    new data in place (so a captured step writes into the same Tensors), computed with the
+    step's schedule as `_state`'s are."""
     held = store.get(index)
     if held is None:
         store[index] = _state(array)
-    else:
-        held._cached_data = array
+        return
+    held._cached_data = array
+    if getattr(array, "is_lazy", False):
+        realize_later(held)
 
 
 def with_weight_decay(grad, param, opt: "Optimizer"):

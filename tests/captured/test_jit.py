@@ -5,6 +5,8 @@ through needle.jit, and asserts bitwise equality of losses, parameters and state
 a replay runs the very kernels the plain step runs, with the same inputs, state,
 random draws and run-time scalars.  The JitError cases check that a capture that
 could not be faithful is refused, naming the user's line."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -961,3 +963,73 @@ def test_a_cprofile_around_a_jitted_loop_keeps_profiling():
         assert step.replays >= 1
         names = {f[2] for f in pstats.Stats(profiler).stats}
         assert "_replay" in names  # (calls after the capture were profiled)
+
+
+def _jitted_loop_equals_plain(steps=6):
+    """(plain losses, jitted losses, the jitted function) of one small training loop."""
+    out = []
+    for use_jit in (False, True):
+        model, opt = make_mlp()
+        step = _training_step(model, opt, use_jit)
+        losses = [step(*[ndl.Tensor(v, requires_grad=False) for v in b]).numpy() for b in batches(steps)]
+        out.append((losses, step))
+    (plain, _), (jitted, step) = out
+    return plain, jitted, step
+
+
+def test_a_pure_python_profiler_around_a_jitted_loop_sees_paired_calls():
+    # (the capture took the `profile` module's hook and gave it back: it met returns of
+    # frames it never saw called, AssertionError 'Bad return'; the capture now passes
+    # every event on to such a hook, and the compiler's work runs under it alone)
+    import profile
+    with ndl.lazy(True):
+        p = profile.Profile()
+        plain, jitted, step = p.runcall(_jitted_loop_equals_plain)
+    assert step.replays >= 1 and sys.getprofile() is None
+    for a, b in zip(plain, jitted):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_profiler_switched_inside_the_step_makes_it_run_plainly():
+    # (the step's own profiler took the hook through which the capture watches the call:
+    # a print after prof.disable() was not seen, and replays skipped it)
+    import cProfile
+    printed = []
+    with ndl.lazy(True):
+        model, opt = make_mlp()
+        inner = _training_step(model, opt, use_jit=False)
+
+        def step(x, y):
+            prof = cProfile.Profile()
+            prof.enable()
+            loss = inner(x, y)
+            prof.disable()
+            printed.append(1)
+            return loss
+        fn = ndl.jit(step)
+        with pytest.warns(UserWarning, match=r"Profile.enable\(\)"):
+            for b in batches(5):
+                fn(*[ndl.Tensor(v, requires_grad=False) for v in b])
+        assert fn.replays == 0 and len(printed) == 5
+
+
+def test_a_profiler_hook_needle_cannot_give_back_makes_the_call_plain(monkeypatch):
+    # (a C profiler other than cProfile, pyinstrument's: sys.setprofile cannot put its
+    # hook back, so the call runs without capture, and later calls capture)
+    from needle.engine import capture
+    assert capture.can_give_back(None) and capture.can_give_back(lambda *a: None)
+    foreign = object()
+    assert not capture.can_give_back(foreign)
+    with ndl.lazy(True):
+        model, opt = make_mlp()
+        fn = _training_step(model, opt, use_jit=True)
+        data = [[ndl.Tensor(v, requires_grad=False) for v in b] for b in batches(6)]
+        fn(*data[0])
+        with monkeypatch.context() as m:
+            m.setattr(sys, "getprofile", lambda: foreign)
+            with pytest.warns(UserWarning, match="cannot give back"):
+                fn(*data[1])
+        assert fn.replays == 0 and not fn.captures
+        for b in data[2:]:
+            fn(*b)
+        assert fn.replays >= 1

@@ -364,3 +364,37 @@ def test_a_subclass_update_that_keeps_state_gets_it_computed_with_the_step():
     want = sgd_reference(start, grads, lr=0.1, momentum=0.9, wd=0.0)
     for p, w in zip(params, want):
         np.testing.assert_allclose(p.numpy(), w, rtol=1e-5, atol=1e-6)
+
+
+def test_state_kept_in_an_object_of_the_subclass_is_computed_with_the_step():
+    # (state_tensors() walks lists, tuples and dicts: a keep() store inside a dataclass per
+    # parameter stayed pending, and lazy steps slowed step by step)
+    import dataclasses
+    from needle.optim.optimizer import Optimizer, data_of, keep
+
+    @dataclasses.dataclass
+    class Slot:
+        store: dict
+
+    class Momentum(Optimizer):
+        def __init__(self, params, lr=0.1, beta=0.9):
+            super().__init__(params, lr)
+            self.beta, self.slots = beta, [Slot({}) for _ in self.params]
+
+        def _update(self, i, p, g):
+            store = self.slots[i].store
+            m = g * (1 - self.beta) + (data_of(store[0]) * self.beta if 0 in store else 0)
+            keep(store, 0, m)
+            return p - m * self.lr
+
+    params = make_params()
+    start = [p.numpy().astype(np.float64) for p in params]
+    grads = grad_sequence()
+    opt = Momentum(params)
+    for step_grads in grads:
+        for p, g in zip(params, step_grads):
+            p.grad = ndl.Tensor(g, requires_grad=False)
+        opt.step()
+        assert not any(is_pending(s.store[0]._cached_data) for s in opt.slots)
+    for p, w in zip(params, sgd_reference(start, grads, lr=0.1, momentum=0.9, wd=0.0)):
+        np.testing.assert_allclose(p.numpy(), w, rtol=1e-5, atol=1e-6)
