@@ -8,6 +8,7 @@ from typing import Dict, Iterable, List
 
 import functools
 import numbers
+import threading
 
 from ..autograd import BACKEND, Tensor, tensors_in
 from ..errors import ArgumentError, DTypeError
@@ -69,6 +70,8 @@ class Optimizer:
         updated = []
         origin = ir_build.ORIGIN  # dumps and profiles name the update's nodes after the optimizer
         previous, origin.name = origin.name, type(self).__name__
+        outer, made = _MADE.tensors, []
+        _MADE.tensors = made
         try:
             for i, param in enumerate(self.params):
                 grad = getattr(param, "grad", None)  # a fresh Tensor has no .grad attribute
@@ -81,9 +84,12 @@ class Optimizer:
                 updated.append(param)
         finally:
             origin.name = previous
+            _MADE.tensors = outer
             del self._step_scalars  # (lambdas: an optimizer stays picklable)
-        # One realize for the parameters and the state: one graph per training step.
-        realize(*updated, *self.state_tensors())
+        # One realize for the parameters and the state: one graph per training step (with what
+        # `_state` and `keep` made, for a subclass that does not say what its state is).
+        declared = type(self).state_tensors is not Optimizer.state_tensors
+        realize(*updated, *self.state_tensors(), *(() if declared else made))
 
     def reset_grad(self) -> None:
         """Forget all gradients (the course name; `zero_grad` is PyTorch's)."""
@@ -277,27 +283,36 @@ def data_of(t: Tensor):
     return as_lazy(data) if isinstance(data, NDArray) else data
 
 
+class _Made(threading.local):
+    """The Tensors `_state` and `keep` gave data during this thread's `step()` (None
+    outside one): computed with the step's schedule wherever the update keeps them (a
+    subclass's own objects, which `state_tensors` does not reach), not chained to the
+    next step's graph."""
+    tensors = None
+
+
+_MADE = _Made()
+
+
 def _state(array) -> Tensor:
-    """An update's result as a constant Tensor (new parameter data, optimizer state),
-    computed with the step's schedule wherever it is kept (a subclass's own object that
-    `state_tensors` does not reach), not chained to the next step's graph."""
+    """An update's result as a constant Tensor (new parameter data, optimizer state)."""
     tensor = Tensor.make_const(array)
-    if getattr(array, "is_lazy", False):
-        realize_later(tensor)
+    if _MADE.tensors is not None:
+        _MADE.tensors.append(tensor)
     return tensor
 
 
 def keep(store: dict, index: int, array) -> None:
     """Optimizer state kept as torch keeps it: a Tensor made once, then given each step's
     new data in place (so a captured step writes into the same Tensors), computed with the
-    step's schedule as `_state`'s are."""
+    step's schedule as `_state`'s are (`_Made`)."""
     held = store.get(index)
     if held is None:
         store[index] = _state(array)
         return
     held._cached_data = array
-    if getattr(array, "is_lazy", False):
-        realize_later(held)
+    if _MADE.tensors is not None:
+        _MADE.tensors.append(held)
 
 
 def with_weight_decay(grad, param, opt: "Optimizer"):
