@@ -337,52 +337,19 @@ def test_steps_leave_no_garbage_cycles(make_opt):
     assert grown < 20, grown
 
 
-def test_a_subclass_update_that_keeps_state_gets_it_computed_with_the_step():
-    # (the base class's state_tensors() named no state: a subclass's kept momentum stayed
-    # pending, each step's graph chained to the last, and lazy steps slowed step by step)
+def _course_momentum_subclass(store_of):
+    """A user's Optimizer subclass (course momentum through `_update` and `keep`) whose
+    state dict for parameter i is `store_of(optimizer, i)`, checked step by step: its
+    state is computed with each step, and the parameters follow the float64 reference."""
     from needle.optim.optimizer import Optimizer, data_of, keep
 
     class Momentum(Optimizer):
         def __init__(self, params, lr=0.1, beta=0.9):
             super().__init__(params, lr)
-            self.beta, self.m = beta, {}
+            self.beta = beta
 
         def _update(self, i, p, g):
-            m = g * (1 - self.beta) + (data_of(self.m[i]) * self.beta if i in self.m else 0)
-            keep(self.m, i, m)
-            return p - m * self.lr
-
-    params = make_params()
-    start = [p.numpy().astype(np.float64) for p in params]
-    grads = grad_sequence()
-    opt = Momentum(params)
-    for step_grads in grads:
-        for p, g in zip(params, step_grads):
-            p.grad = ndl.Tensor(g, requires_grad=False)
-        opt.step()
-        assert not any(is_pending(t._cached_data) for t in opt.m.values())
-    want = sgd_reference(start, grads, lr=0.1, momentum=0.9, wd=0.0)
-    for p, w in zip(params, want):
-        np.testing.assert_allclose(p.numpy(), w, rtol=1e-5, atol=1e-6)
-
-
-def test_state_kept_in_an_object_of_the_subclass_is_computed_with_the_step():
-    # (state_tensors() walks lists, tuples and dicts: a keep() store inside a dataclass per
-    # parameter stayed pending, and lazy steps slowed step by step)
-    import dataclasses
-    from needle.optim.optimizer import Optimizer, data_of, keep
-
-    @dataclasses.dataclass
-    class Slot:
-        store: dict
-
-    class Momentum(Optimizer):
-        def __init__(self, params, lr=0.1, beta=0.9):
-            super().__init__(params, lr)
-            self.beta, self.slots = beta, [Slot({}) for _ in self.params]
-
-        def _update(self, i, p, g):
-            store = self.slots[i].store
+            store = store_of(self, i)
             m = g * (1 - self.beta) + (data_of(store[0]) * self.beta if 0 in store else 0)
             keep(store, 0, m)
             return p - m * self.lr
@@ -395,6 +362,27 @@ def test_state_kept_in_an_object_of_the_subclass_is_computed_with_the_step():
         for p, g in zip(params, step_grads):
             p.grad = ndl.Tensor(g, requires_grad=False)
         opt.step()
-        assert not any(is_pending(s.store[0]._cached_data) for s in opt.slots)
+        assert not any(is_pending(store_of(opt, i)[0]._cached_data) for i in range(len(params)))
     for p, w in zip(params, sgd_reference(start, grads, lr=0.1, momentum=0.9, wd=0.0)):
         np.testing.assert_allclose(p.numpy(), w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_subclass_update_that_keeps_state_gets_it_computed_with_the_step():
+    # (the base class's state_tensors() named no state: a subclass's kept momentum stayed
+    # pending, each step's graph chained to the last, and lazy steps slowed step by step)
+    _course_momentum_subclass(lambda opt, i: opt.__dict__.setdefault("m", {}).setdefault(i, {}))
+
+
+def test_state_kept_in_an_object_of_the_subclass_is_computed_with_the_step():
+    # (state_tensors() walks lists, tuples and dicts: a keep() store inside a dataclass per
+    # parameter stayed pending, and lazy steps slowed step by step)
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Slot:
+        store: dict
+
+    def store_of(opt, i):
+        slots = opt.__dict__.setdefault("slots", {})
+        return slots.setdefault(i, Slot({})).store
+    _course_momentum_subclass(store_of)
