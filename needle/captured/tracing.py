@@ -62,8 +62,8 @@ class Tracer:
         if self.chained is not None:
             self.chained(frame, event, arg)
         if event == "c_call" and _switches_profile(arg) and not frame.f_code.co_filename.startswith(_NEEDLE_DIR):
-            self.note(f"{getattr(arg, '__qualname__', arg)}() (the hook through which needle watches the call)",
-                      frame)
+            self.note(f"{getattr(arg, '__qualname__', arg)}() (it takes the hook through which needle watches the "
+                      "call)", frame)
         if event == "call":
             code = frame.f_code
             if code in _HOST_CODES and _called_by_user(frame):
@@ -126,13 +126,6 @@ def _library_call_of_user(frame) -> bool:
 
 
 _STDLIB = os.path.dirname(os.__file__)
-
-
-def _switches_profile(fn) -> bool:
-    """Whether calling `fn` replaces the profile hook: sys.setprofile, or a C profiler's
-    (cProfile's) enable or disable."""
-    return fn is sys.setprofile or (isinstance(getattr(fn, "__self__", None), _lsprof.Profiler)
-                                    and getattr(fn, "__name__", "") in ("enable", "disable"))
 _FILE_OPENS = {open, io.open, os.open}
 _ENGINE_DIRS = tuple(os.path.join(_NEEDLE_DIR, d) + os.sep for d in ("engine", "compiler", "codegen", "runtime",
                                                                       "backend_ndarray"))
@@ -149,3 +142,8 @@ def _below_the_frontend(frame) -> bool:
     return False
 
 
+def _switches_profile(fn) -> bool:
+    """Whether calling `fn` replaces the profile hook: sys.setprofile, or a C profiler's
+    (cProfile's) enable or disable."""
+    return fn is sys.setprofile or (isinstance(getattr(fn, "__self__", None), _lsprof.Profiler)
+                                    and getattr(fn, "__name__", "") in ("enable", "disable"))
