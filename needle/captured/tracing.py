@@ -8,7 +8,9 @@
   replay).  Calls from user code that a replay cannot repeat (print, input, open,
   next(), time.*, a numpy random generator other than the global one), and files a
   library opens for it (np.load), are host effects, with their line (the global RNGs
-  are compared before and after instead).
+  are compared before and after instead).  A profile hook of the user's written in
+  Python gets every event through this one; code that switches the hook itself (a
+  profiler enabled inside the step) is a host effect too: it would blind the capture.
 
 Numpy arguments are traced by numpy_args.py; the notes of what they do come here.
 """
