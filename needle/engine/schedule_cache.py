@@ -15,7 +15,7 @@ import weakref
 from .. import config
 from ..compiler import schedule as scheduling
 from ..ir import build
-from ..ir.nodes import toposort
+from ..ir.nodes import is_single_op, toposort
 from ..runtime import counters, cuda as cuda_runtime
 from ..runtime.lru import LRUCache
 from ..target import Target
@@ -96,7 +96,7 @@ def lines_of(nodes) -> tuple:
     a stamped graph's part of its cache key.  Empty for one op over loads (an eager op's
     graph): one plan serves every line that runs the op, and a profile names the line
     from the node itself (profiler/attribution.eager_lines)."""
-    if len(nodes) == 1 and all(not s.srcs for s in nodes[0].srcs):
+    if is_single_op(nodes):
         return ()
     return tuple([getattr(n.origin, "where", None) for n in toposort(nodes)])
 

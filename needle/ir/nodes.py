@@ -136,6 +136,12 @@ def _fmt_index(index) -> str:
     return "[" + ",".join(f"{a}:{b}:{c}" for a, b, c in index) + "]"
 
 
+def is_single_op(nodes) -> bool:
+    """An eager op's graph: one node over loads (one plan and one kernel serve every
+    line of the user's that runs the op)."""
+    return len(nodes) == 1 and all(s.op in LOAD for s in nodes[0].srcs)
+
+
 def toposort(outputs) -> list:
     """Nodes reachable from `outputs`, sources before users: the order of a recursive
     depth-first post-order (traversal.postorder's), without the recursion.  Written

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional
 
 from .. import observing
 from ..errors import ArgumentError, NeedleError
+from ..ir.nodes import is_single_op
 from . import attribution, report, sources
 
 _active_lock = threading.Lock()
@@ -148,7 +149,7 @@ class Profile:
             known = self._calls.get(id(entry))
             if known is None:
                 known = self._calls[id(entry)] = (entry, attribution.describe_calls(entry))
-        single = attribution.is_single_op(nodes)
+        single = is_single_op(nodes)
         self._local.current = (id(entry), attribution.eager_lines(nodes) if single else None)
         self.overhead += time.perf_counter() - start
 

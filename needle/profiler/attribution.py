@@ -12,7 +12,6 @@ from collections import Counter
 from typing import List, Tuple
 
 from ..compiler.call_origins import CallOrigin
-from ..ir.nodes import LOAD
 
 _UNKNOWN = CallOrigin()
 
@@ -21,11 +20,6 @@ def describe_calls(entry) -> List[Tuple[str, CallOrigin]]:
     """(kernel name, origin) for every call of `entry` (a compiled schedule); an empty
     origin where the planner recorded none."""
     return [(call.kernel.name, call.origin or _UNKNOWN) for call in entry.schedule.calls]
-
-
-def is_single_op(nodes) -> bool:
-    """An eager op's graph: one node over loads."""
-    return len(nodes) == 1 and all(s.op in LOAD for s in nodes[0].srcs)
 
 
 def eager_lines(nodes) -> Counter:

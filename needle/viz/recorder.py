@@ -31,6 +31,7 @@ from collections import OrderedDict
 
 from ..engine import capture
 from ..errors import NeedleError
+from ..ir.nodes import is_single_op
 from ..profiler import profile, sources
 from ..runtime import counters
 from .recording import Recording
@@ -207,7 +208,7 @@ class Recorder:
             for ref, shot in zip(item.entries, item.shots):
                 if ref() is entry:
                     return shot
-        single = len(nodes) == 1 and all(not s.srcs for s in nodes[0].srcs)  # (an eager op: no Tensor graph)
+        single = is_single_op(nodes)  # (an eager op: no Tensor graph)
         return Shot(nodes, target, () if single else holders(nodes))
 
     # ---- times --------------------------------------------------------------------------------------
