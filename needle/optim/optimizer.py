@@ -70,7 +70,9 @@ class Optimizer:
         updated = []
         origin = ir_build.ORIGIN  # dumps and profiles name the update's nodes after the optimizer
         previous, origin.name = origin.name, type(self).__name__
-        outer, made = _MADE.tensors, []
+        # what `_state` and `keep` make, for a subclass that does not say what its state is
+        declared = type(self).state_tensors is not Optimizer.state_tensors
+        outer, made = _MADE.tensors, (None if declared else [])
         _MADE.tensors = made
         try:
             for i, param in enumerate(self.params):
@@ -86,10 +88,8 @@ class Optimizer:
             origin.name = previous
             _MADE.tensors = outer
             del self._step_scalars  # (lambdas: an optimizer stays picklable)
-        # One realize for the parameters and the state: one graph per training step (with what
-        # `_state` and `keep` made, for a subclass that does not say what its state is).
-        declared = type(self).state_tensors is not Optimizer.state_tensors
-        realize(*updated, *self.state_tensors(), *(() if declared else made))
+        # One realize for the parameters and the state: one graph per training step.
+        realize(*updated, *self.state_tensors(), *(made or ()))
 
     def reset_grad(self) -> None:
         """Forget all gradients (the course name; `zero_grad` is PyTorch's)."""
@@ -284,8 +284,8 @@ def data_of(t: Tensor):
 
 
 class _Made(threading.local):
-    """The Tensors `_state` and `keep` gave data during this thread's `step()` (None
-    outside one): computed with the step's schedule wherever the update keeps them (a
+    """The Tensors `_state` and `keep` gave data during this thread's `step()` of an
+    optimizer that does not name its state (None otherwise): computed with the step's schedule wherever the update keeps them (a
     subclass's own objects, which `state_tensors` does not reach), not chained to the
     next step's graph."""
     tensors = None
