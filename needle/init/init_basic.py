@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import autograd
 from ..engine import capture as _capture
-from ..backend_selection import cpu
+from ..backend_selection import BACKEND, cpu
 from ..dtypes import dtype_name, np_dtype
 from ..errors import ArgumentError, IndexingError, ShapeError
 from ..runtime import numpy_rng
@@ -73,6 +73,12 @@ def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
     """Bernoulli(p): True (1) with probability p: `np.random.rand(*shape) <= p`, drawn
     by compiled code from the same stream where it can be (runtime/numpy_rng.py)."""
     shape = _shape(shape, "randb")
+    if device is None:
+        device = cpu()
+    if BACKEND == "nd" and getattr(device, "on_host", False):  # drawn into the tensor's own storage
+        data = device.empty(shape, dtype_name(dtype))
+        if numpy_rng.fill(device.numpy_view(data), p):
+            return autograd.Tensor.make_const(data, requires_grad=requires_grad)
     array = numpy_rng.bernoulli(shape, p, dtype_name(dtype))
     if array is None:
         array = (np.random.rand(*shape) <= p).astype(np_dtype(dtype))

@@ -5,9 +5,10 @@ global RandomState, so that seeded code reproduces its values; needle keeps that
 stream.  numpy makes a float64 array of the whole shape, compares it and converts
 the result: three passes over memory and most of a small Transformer step's host
 time.  Here one compiled loop advances the same MT19937 state in place (numpy's
-`BitGenerator.ctypes.state_address`: key[624], pos), builds each double exactly as
-numpy's legacy `random_sample` does from two 32-bit outputs, compares it with p and
-writes the mask.
+`BitGenerator.ctypes.state_address`: key[624], pos), takes the two 32-bit outputs
+numpy's legacy `random_sample` makes each double of, compares the 53-bit integer
+that double scales with p's threshold (the same comparison, exactly: `@keep`) and
+writes the mask, into the caller's array (`fill`: randb's tensor storage).
 
 Right by construction where it can be checked: before its first use the loop draws
 past a twist of the state from a copy of it and must give numpy's values bit for
@@ -17,11 +18,13 @@ legacy MT19937, `bernoulli` returns None and the caller draws with numpy.
 from __future__ import annotations
 
 import ctypes
+import math
 import numbers
 import threading
 
 import numpy as np
 
+from ..backend_ndarray.host_memory import address_of
 from . import llvm_compile
 
 _N, _M = 624, 397  # MT19937's state words and its twist's offset
@@ -89,11 +92,11 @@ def _store_mask(tag: str, keep: str, index: str, as_float: bool) -> str:
 
 
 def _block(as_float: bool) -> str:
-    """@block_<kind>(key, first, lo, hi, p, out): masks lo..hi-1 from the pairs of words
+    """@block_<kind>(key, first, lo, hi, th, tl, out): masks lo..hi-1 from the pairs of words
     key[first], key[first+1], ... of the current state (no twist inside: vectorizable)."""
     kind = "f32" if as_float else "u8"
     return f"""
-define internal void @block_{kind}(ptr noalias %key, i32 %first, i64 %lo, i64 %hi, double %p,
+define internal void @block_{kind}(ptr noalias %key, i32 %first, i64 %lo, i64 %hi, i32 %th, i32 %tl,
                                    ptr noalias %out) alwaysinline {{
 entry:
   %f64 = zext i32 %first to i64
@@ -110,7 +113,7 @@ loop:
   %xb = load i32, ptr %pb
   %ta = call i32 @temper(i32 %xa)
   %tb = call i32 @temper(i32 %xb)
-  %k = call i1 @keep(i32 %ta, i32 %tb, double %p){_store_mask("", "%k", "%i", as_float)}
+  %k = call i1 @keep(i32 %ta, i32 %tb, i32 %th, i32 %tl){_store_mask("", "%k", "%i", as_float)}
   %i1 = add i64 %i, 1
   %more = icmp slt i64 %i1, %hi
   br i1 %more, label %loop, label %done
@@ -152,27 +155,29 @@ define internal i32 @temper(i32 %y0) alwaysinline {{
   ret i32 %y4
 }}
 
-; numpy's legacy random_sample from two words, (a >> 5) * 2^26 + (b >> 6) over 2^53, <= p
-define internal i1 @keep(i32 %a, i32 %b, double %p) alwaysinline {{
+; numpy's legacy random_sample from two words is u = ((a >> 5) * 2^26 + (b >> 6)) / 2^53,
+; and u <= p exactly when that 53-bit integer is at most T = floor(p * 2^53): compared in
+; halves, (a >> 5, b >> 6) against (T >> 26, T's low 26 bits), in 32-bit lanes (the
+; doubles had taken two thirds of the loop).  A high half of -1 keeps nothing (p < 0).
+define internal i1 @keep(i32 %a, i32 %b, i32 %th, i32 %tl) alwaysinline {{
   %a5 = lshr i32 %a, 5
   %b6 = lshr i32 %b, 6
-  %af = uitofp i32 %a5 to double
-  %bf = uitofp i32 %b6 to double
-  %hi = fmul double %af, 67108864.0
-  %sum = fadd double %hi, %bf
-  %u = fmul double %sum, 0x3CA0000000000000
-  %k = fcmp ole double %u, %p
+  %below = icmp slt i32 %a5, %th
+  %level = icmp eq i32 %a5, %th
+  %low = icmp sle i32 %b6, %tl
+  %tie = and i1 %level, %low
+  %k = or i1 %below, %tie
   ret i1 %k
 }}"""
 
 
 def _entry(as_float: bool) -> str:
-    """@bernoulli_<kind>(state, n, p, out): n masks; each pass takes the pairs left in the
+    """@bernoulli_<kind>(state, n, th, tl, out): n masks (`_threshold`); each pass takes the pairs left in the
     state (a pair across a twist word by word), twisting when a word is wanted and none is
     left, as numpy does (so the state it leaves is numpy's)."""
     kind = "f32" if as_float else "u8"
     return f"""
-define void @bernoulli_{kind}(ptr %state, i64 %n, double %p, ptr %out) {{
+define void @bernoulli_{kind}(ptr %state, i64 %n, i32 %th, i32 %tl, ptr %out) {{
 entry:
   %spos = getelementptr i8, ptr %state, i64 {_STATE_POS}
   %pos = alloca i32
@@ -200,7 +205,7 @@ ready:
 one:
   %a = call i32 @next(ptr %state, ptr %pos)
   %b = call i32 @next(ptr %state, ptr %pos)
-  %k = call i1 @keep(i32 %a, i32 %b, double %p){_store_mask("1", "%k", "%i", as_float)}
+  %k = call i1 @keep(i32 %a, i32 %b, i32 %th, i32 %tl){_store_mask("1", "%k", "%i", as_float)}
   %i_one = add i64 %i, 1
   br label %next_i
 many:
@@ -209,7 +214,7 @@ many:
   %fewer = icmp slt i64 %rest, %pairs64
   %take = select i1 %fewer, i64 %rest, i64 %pairs64
   %hi = add i64 %i, %take
-  call void @block_{kind}(ptr %state, i32 %q, i64 %i, i64 %hi, double %p, ptr %out)
+  call void @block_{kind}(ptr %state, i32 %q, i64 %i, i64 %hi, i32 %th, i32 %tl, ptr %out)
   %take32 = trunc i64 %take to i32
   %used = shl i32 %take32, 1
   %q2 = add i32 %q, %used
@@ -229,7 +234,8 @@ _IR = "\n".join([_twist(), _HELPERS, _block(True), _block(False), _entry(True), 
 
 _lock = threading.Lock()
 _state = {}
-_OUT = {"float32": True, "bool": False, "uint8": False}
+_OUT = {"float32": True, "bool": False, "uint8": False}  # dtype: drawn as floats (else bytes)
+_AS_FLOAT = {"f": True, "?": False, "B": False}  # the same by numpy's type char
 
 
 def _compiled():
@@ -249,7 +255,7 @@ def _build():
         module = llvm_compile.optimize(_IR, cpu, features, "O2")
         engine = llvm.create_mcjit_compiler(module, llvm_compile.new_machine(cpu, features))
         engine.finalize_object()
-        kind = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_void_p)
+        kind = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)
         fns = {True: kind(engine.get_function_address("bernoulli_f32")),
                False: kind(engine.get_function_address("bernoulli_u8"))}
         _state["engine"] = engine  # (keeps the code alive)
@@ -283,7 +289,7 @@ def _matches_numpy(fn, as_float: bool) -> bool:
             np.random.seed(seed)
             np.random.rand(5)
             got = np.empty(n, np.float32 if as_float else np.uint8)
-            fn(bg.ctypes.state_address, n, p, got.ctypes.data)
+            fn(bg.ctypes.state_address, n, *_threshold(p), got.ctypes.data)
             after = np.random.get_state()
             ok = ok and np.array_equal(got, expected.astype(got.dtype)) and \
                 np.array_equal(after[1], numpy_after[1]) and after[2] == numpy_after[2]
@@ -292,17 +298,38 @@ def _matches_numpy(fn, as_float: bool) -> bool:
         np.random.set_state(saved)
 
 
-def bernoulli(shape: tuple, p: float, dtype: str):
-    """`(np.random.rand(*shape) <= p).astype(dtype)` drawn natively from the same
-    stream, or None where it cannot be (the caller draws with numpy)."""
-    as_float = _OUT.get(dtype)
-    if as_float is None or not isinstance(p, numbers.Real):  # (numpy broadcasts anything else)
-        return None
+def _threshold(p: float) -> tuple:
+    """(T >> 26, T's low 26 bits) for T = floor(p * 2^53), the largest 53-bit draw that
+    `rand() <= p` keeps (`@keep`); a high half of -1 keeps none (p < 0, NaN)."""
+    p = float(p)
+    if not p >= 0:
+        return -1, 0
+    t = 2 ** 53 - 1 if p >= 1 else math.floor(p * 2.0 ** 53)  # (exact: p * 2^53 only moves the exponent)
+    return t >> 26, t & (2 ** 26 - 1)
+
+
+def fill(out: np.ndarray, p: float) -> bool:
+    """Fill `out` (C-contiguous float32, uint8 or bool) with `np.random.rand(*out.shape) <= p`
+    drawn natively from the same stream; False (nothing drawn) where it cannot be."""
+    as_float = _AS_FLOAT.get(out.dtype.char)  # (the char: `dtype.name` costs microseconds)
+    if as_float is None or not (type(p) is float or isinstance(p, numbers.Real)) or not out.flags.c_contiguous:
+        return False  # (numpy broadcasts anything else)
     fns = _compiled()
     bg = _generator() if fns is not None else None
     if bg is None:
-        return None
-    out = np.empty(shape, np.float32 if as_float else np.uint8)
+        return False
+    th, tl = _threshold(p)
     with bg.lock:
-        fns[as_float](bg.ctypes.state_address, out.size, float(p), out.ctypes.data)
-    return out if as_float else out.view(np.bool_) if dtype == "bool" else out
+        fns[as_float](bg.ctypes.state_address, out.size, th, tl, address_of(out))
+    return True
+
+
+def bernoulli(shape: tuple, p: float, dtype: str):
+    """`(np.random.rand(*shape) <= p).astype(dtype)` drawn natively from the same
+    stream, or None where it cannot be (the caller draws with numpy)."""
+    if dtype not in _OUT:
+        return None
+    out = np.empty(shape, np.float32 if _OUT[dtype] else np.uint8)
+    if not fill(out, p):
+        return None
+    return out.view(np.bool_) if dtype == "bool" else out

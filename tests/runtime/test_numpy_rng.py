@@ -21,7 +21,9 @@ def numpy_draw(seed, skip, shape, p, dtype):
 def test_the_same_mask_and_state_as_numpy(shape, dtype):
     if numpy_rng._compiled() is None:
         pytest.skip("the native draw is off here (numpy draws): nothing to compare")
-    for seed, skip, p in ((0, 0, 0.9), (1, 5, 0.5), (2, 311, 0.1), (3, 623, 1.0), (4, 1, 0.0), (5, 2, float("nan"))):
+    for seed, skip, p in ((0, 0, 0.9), (1, 5, 0.5), (2, 311, 0.1), (3, 623, 1.0), (4, 1, 0.0), (5, 2, float("nan")),
+                          (6, 3, -0.25), (7, 4, 1.5), (8, 0, float("inf")), (9, 1, -float("inf")),
+                          (10, 2, np.float32(0.3))):
         expected, state = numpy_draw(seed, skip, shape, p, dtype)
         np.random.seed(seed)
         np.random.rand(skip)
@@ -60,6 +62,41 @@ def test_other_dtypes_and_other_generators_are_left_to_numpy(monkeypatch):
 
 def test_a_loop_that_does_not_match_numpy_is_never_used():
     """The first-use check compares against numpy: a wrong loop is refused."""
-    def wrong(state, n, p, out):
+    def wrong(state, n, th, tl, out):
         np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * max(n, 1)).from_address(out))[:n] = 1.0
     assert not numpy_rng._matches_numpy(wrong, True)
+
+
+def test_a_draw_equal_to_p_is_kept_and_one_just_above_is_not():
+    """`u <= p` at the boundary: the native loop compares 53-bit integers in two halves,
+    so p equal to a draw, one ulp below it and one above, at the start of the stream
+    and across a twist, must each agree with numpy's double comparison."""
+    if numpy_rng._compiled() is None:
+        pytest.skip("the native draw is off here (numpy draws): nothing to compare")
+    rng = np.random.default_rng(5)
+    for seed, skip in ((5, 0), (6, 311), (7, 623), (8, 1000)):
+        np.random.seed(seed)
+        np.random.rand(skip)
+        draws = np.random.rand(40)
+        for i in rng.choice(40, 6, replace=False):
+            for p in (draws[i], np.nextafter(draws[i], 0.0), np.nextafter(draws[i], 1.0)):
+                expected, _ = numpy_draw(seed, skip, (40,), p, np.float32)
+                np.random.seed(seed)
+                np.random.rand(skip)
+                np.testing.assert_array_equal(numpy_rng.bernoulli((40,), p, "float32"), expected)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bool", "uint8"])
+@pytest.mark.parametrize("device", ["cpu", "cpu_numpy"])
+def test_randb_draws_into_its_tensor_as_numpy_would(dtype, device):
+    """randb draws into the new tensor's own storage on host devices: the values,
+    dtype, requires_grad and numpy's state afterwards are those of numpy's draw."""
+    np.random.seed(21)
+    expected = (np.random.rand(3, 70, 5) <= 0.4).astype(dtype)
+    state = np.random.get_state()
+    np.random.seed(21)
+    t = ndl.init.randb(3, 70, 5, p=0.4, dtype=dtype, device=getattr(ndl, device)(), requires_grad=False)
+    assert t.dtype == dtype and t.shape == (3, 70, 5) and not t.requires_grad
+    np.testing.assert_array_equal(t.numpy(), expected)
+    np.testing.assert_array_equal(np.random.get_state()[1], state[1])
+    assert np.random.get_state()[2] == state[2]
