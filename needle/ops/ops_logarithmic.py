@@ -5,6 +5,7 @@ from .. import array_api as A
 from ..autograd import TensorOp
 from ..errors import ShapeError, fmt_shape
 from ..shapes import normalize_axes
+from .ops_elementwise import subtract
 from .ops_mathematic import broadcast_to, exp, log, reshape, summation
 
 
@@ -65,8 +66,10 @@ def _logsumexp_gradient(out_grad, z, axes):
     # exp(shifted - log(sum(exp(shifted)))) rather than exp(shifted) / sum: nothing
     # the size of z is read twice, so the backward is one kernel that sums and then
     # writes (exp(shifted) / sum had its own kernel store exp(shifted) for the sum's
-    # and the division's kernels)
-    shifted = z - broadcast_to(StableMax(axes)(z.detach()), z.shape)
+    # and the division's kernels).  `subtract`, not `-` (add and negate, the course's
+    # form): then `shifted` and its sum are the forward's own nodes, which a lazy graph
+    # holding both computes once (a cross-entropy's loss and gradient, one sum of exps)
+    shifted = subtract(z, broadcast_to(StableMax(axes)(z.detach()), z.shape))
     log_total = log(summation(exp(shifted), axes, keepdims=True))
     softmax = exp(shifted - broadcast_to(log_total, z.shape))
     return broadcast_to(reshape(out_grad, kept), z.shape) * softmax

@@ -48,6 +48,28 @@ def test_logsoftmax_unchanged_by_the_reuse():
                                atol=1e-6)
 
 
+
+@pytest.mark.parametrize("shape", [(64, 1000), (5, 3)])
+def test_a_cross_entropy_and_its_gradient_sum_the_exps_once(shape):
+    """Loss and gradient in one graph (a training step): logsumexp's backward builds
+    the forward's own shifted sum, so the graph holds one sum of exps, computed once
+    and read by both (an exp per element for it and one for the softmax), where its
+    own copy had cost a third pass of exps."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    y = rng.integers(0, shape[1], shape[0])
+    logits = ndl.Tensor(x, requires_grad=True)
+    loss = ndl.nn.SoftmaxLoss()(logits, ndl.Tensor(y, dtype="float32", requires_grad=False))
+    loss.backward()
+    kernels = kernels_of(loss, logits.grad)
+    assert sum(k.text().count("exp(") for k in kernels) == 2, [k.text() for k in kernels]
+    x64 = x.astype(np.float64)
+    lse = np.log(np.exp(x64 - x64.max(1, keepdims=True)).sum(1)) + x64.max(1)
+    np.testing.assert_allclose(loss.numpy(), (lse - x64[np.arange(shape[0]), y]).mean(), rtol=1e-5)
+    softmax = np.exp(x64 - lse[:, None])
+    softmax[np.arange(shape[0]), y] -= 1
+    np.testing.assert_allclose(logits.grad.numpy(), softmax / shape[0], rtol=1e-4, atol=1e-7)
+
 @pytest.mark.parametrize("shape", [(4099, 7), (13, 1030), (8, 2500), (3, 9), (1, 40)])
 def test_column_sum_and_max(shape):
     """Rows not a multiple of the rows per pass, widths across several column blocks."""
