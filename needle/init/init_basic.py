@@ -2,13 +2,14 @@
 course framework's order (`np.random.rand` / `randn` of the full shape), so seeded
 code reproduces the course's values."""
 import functools
+import math
 import numbers
 
 import numpy as np
 
 from .. import autograd
 from ..engine import capture as _capture
-from ..backend_selection import BACKEND, cpu
+from ..backend_selection import BACKEND, NDArray, cpu
 from ..dtypes import dtype_name, np_dtype
 from ..errors import ArgumentError, IndexingError, ShapeError
 from ..runtime import numpy_rng
@@ -23,6 +24,8 @@ def _shape(shape, op: str = "init") -> tuple:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     shape = tuple(shape)
+    if all(type(s) is int and s >= 0 for s in shape):  # (the common case, without numbers' slow ABC checks)
+        return shape
     for s in shape:
         if not isinstance(s, numbers.Integral) or isinstance(s, bool) or s < 0:
             raise ShapeError(f"{op}: dimensions must be non-negative integers, got {s!r} in shape {shape}")
@@ -76,9 +79,11 @@ def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
     if device is None:
         device = cpu()
     if BACKEND == "nd" and getattr(device, "on_host", False):  # drawn into the tensor's own storage
-        data = device.empty(shape, dtype_name(dtype))
-        if numpy_rng.fill(device.numpy_view(data), p):
-            return autograd.Tensor.make_const(data, requires_grad=requires_grad)
+        name = dtype_name(dtype)
+        storage = device.alloc(math.prod(shape), name)
+        if numpy_rng.fill(storage, p):
+            return autograd.Tensor.make_const(NDArray.make(shape, device=device, handle=storage, dtype=name),
+                                              requires_grad=requires_grad)
     array = numpy_rng.bernoulli(shape, p, dtype_name(dtype))
     if array is None:
         array = (np.random.rand(*shape) <= p).astype(np_dtype(dtype))

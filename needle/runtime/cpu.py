@@ -91,13 +91,14 @@ class CompiledSchedule(ScheduleRunner):
     # ---- the common run, straight through ------------------------------------------------
     def run(self, leaves, scalars, device) -> list:
         """`ScheduleRunner.run` for the run a replay or a training loop makes again and
-        again: on the schedule's own tables, untimed, unchecked, its temps kept with the
-        tables (or none), each output in a slot of its own.  The same steps without the
-        general loop's tests and hook calls (tables, temps, the timer), which cost a small
-        replay a good part of its time.  Any other run takes the general loop."""
+        again: on the schedule's own tables, untimed, unchecked, each output in a slot of
+        its own.  The same steps without the general loop's tests and hook calls (tables,
+        the timer), which cost a replay a good part of its host time (every model's step
+        has temps past KEPT_TEMP_BYTES, and had taken the general loop for them).  Any
+        other run takes the general loop."""
         args = self.tables
-        if (self.general_only or observing.OBSERVED or (self.temp_slots and args.kept_temp is None)
-                or config.DEBUG >= 2 or not self.tables_free.acquire(False)):
+        if (self.general_only or observing.OBSERVED or config.DEBUG >= 2
+                or not self.tables_free.acquire(False)):
             return super().run(leaves, scalars, device)
         try:
             if scalars and scalars is not args.prepared:
@@ -109,7 +110,14 @@ class CompiledSchedule(ScheduleRunner):
                 handle, found = self.spares.take(k, self, size, dtype) if size else self.new_output(size, dtype)
                 slots[slot] = found
                 outputs.append(self.output_array(handle, shape, dtype, device, found))
-            self.launch_all(args)
+            block = self.acquire_temp(self.temp_total, args) if self.temp_slots else None
+            try:
+                if block is not None:
+                    self.bind_temps(args, slots, self.temp_address(block, args))
+                self.launch_all(args)
+            finally:
+                if block is not None:
+                    self.release_temp(block, args)
         finally:
             self.tables_free.release()
         COUNTERS["kernels_launched"] += self.n_calls

@@ -18,6 +18,7 @@ legacy MT19937, `bernoulli` returns None and the caller draws with numpy.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import numbers
 import threading
@@ -298,6 +299,7 @@ def _matches_numpy(fn, as_float: bool) -> bool:
         np.random.set_state(saved)
 
 
+@functools.lru_cache(maxsize=64)
 def _threshold(p: float) -> tuple:
     """(T >> 26, T's low 26 bits) for T = floor(p * 2^53), the largest 53-bit draw that
     `rand() <= p` keeps (`@keep`); a high half of -1 keeps none (p < 0, NaN)."""
@@ -320,8 +322,15 @@ def fill(out: np.ndarray, p: float) -> bool:
         return False
     th, tl = _threshold(p)
     with bg.lock:
-        fns[as_float](bg.ctypes.state_address, out.size, th, tl, address_of(out))
+        fns[as_float](_state_address(bg), out.size, th, tl, address_of(out))
     return True
+
+
+def _state_address(bg) -> int:
+    """The address of `bg`'s state, asked once per generator (`bg.ctypes` builds an object)."""
+    if _state.get("generator") is not bg:
+        _state["generator"], _state["address"] = bg, bg.ctypes.state_address
+    return _state["address"]
 
 
 def bernoulli(shape: tuple, p: float, dtype: str):
