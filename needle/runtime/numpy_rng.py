@@ -158,8 +158,8 @@ define internal i32 @temper(i32 %y0) alwaysinline {{
 
 ; numpy's legacy random_sample from two words is u = ((a >> 5) * 2^26 + (b >> 6)) / 2^53,
 ; and u <= p exactly when that 53-bit integer is at most T = floor(p * 2^53): compared in
-; halves, (a >> 5, b >> 6) against (T >> 26, T's low 26 bits), in 32-bit lanes (the
-; doubles had taken two thirds of the loop).  A high half of -1 keeps nothing (p < 0).
+; halves, (a >> 5, b >> 6) against (T >> 26, T's low 26 bits), in 32-bit lanes, twice
+; as many as doubles take.  A high half of -1 keeps nothing (p < 0).
 define internal i1 @keep(i32 %a, i32 %b, i32 %th, i32 %tl) alwaysinline {{
   %a5 = lshr i32 %a, 5
   %b6 = lshr i32 %b, 6
@@ -311,10 +311,12 @@ def _threshold(p: float) -> tuple:
 
 
 def fill(out: np.ndarray, p: float) -> bool:
-    """Fill `out` (C-contiguous float32, uint8 or bool) with `np.random.rand(*out.shape) <= p`
+    """Fill `out` (writable, C-contiguous, native float32, uint8 or bool) with `np.random.rand(*out.shape) <= p`
     drawn natively from the same stream; False (nothing drawn) where it cannot be."""
     as_float = _AS_FLOAT.get(out.dtype.char)  # (the char: `dtype.name` costs microseconds)
-    if as_float is None or not (type(p) is float or isinstance(p, numbers.Real)) or not out.flags.c_contiguous:
+    flags = out.flags
+    if as_float is None or not (type(p) is float or isinstance(p, numbers.Real)) or not flags.c_contiguous \
+            or not flags.writeable or not out.dtype.isnative:
         return False  # (numpy broadcasts anything else)
     fns = _compiled()
     bg = _generator() if fns is not None else None

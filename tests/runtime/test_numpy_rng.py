@@ -100,3 +100,15 @@ def test_randb_draws_into_its_tensor_as_numpy_would(dtype, device):
     np.testing.assert_array_equal(t.numpy(), expected)
     np.testing.assert_array_equal(np.random.get_state()[1], state[1])
     assert np.random.get_state()[2] == state[2]
+
+
+def test_fill_refuses_arrays_it_cannot_write_as_numpy_would():
+    """`fill` writes native float32 or bytes in place: a read-only, non-contiguous, byte-swapped
+    or other-typed array is left alone (False) and numpy's state is not advanced."""
+    state = np.random.get_state()
+    read_only = np.zeros(8, np.float32)
+    read_only.flags.writeable = False
+    for out in (read_only, np.zeros(16, np.float32)[::2], np.zeros(8, ">f4"), np.zeros(8, np.float64)):
+        assert not numpy_rng.fill(out, 0.5)
+        assert not out.any()
+    np.testing.assert_array_equal(np.random.get_state()[1], state[1])
