@@ -86,7 +86,7 @@ def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
                                               requires_grad=requires_grad)
     array = numpy_rng.bernoulli(shape, p, dtype_name(dtype))
     if array is None:
-        array = (np.random.rand(*shape) <= p).astype(np_dtype(dtype))
+        array = np.asarray(np.random.rand(*shape) <= p).astype(np_dtype(dtype))  # (a scalar shape: a bool)
     return _tensor(array, device, dtype, requires_grad)
 
 

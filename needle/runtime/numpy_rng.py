@@ -315,9 +315,9 @@ def fill(out: np.ndarray, p: float) -> bool:
     drawn natively from the same stream; False (nothing drawn) where it cannot be."""
     as_float = _AS_FLOAT.get(out.dtype.char)  # (the char: `dtype.name` costs microseconds)
     flags = out.flags
-    if as_float is None or not (type(p) is float or isinstance(p, numbers.Real)) or not flags.c_contiguous \
+    if as_float is None or not (type(p) is float or _exact_float(p)) or not flags.c_contiguous \
             or not flags.writeable or not out.dtype.isnative:
-        return False  # (numpy broadcasts anything else)
+        return False  # (numpy broadcasts anything else, and compares what no float64 holds exactly)
     fns = _compiled()
     bg = _generator() if fns is not None else None
     if bg is None:
@@ -328,11 +328,24 @@ def fill(out: np.ndarray, p: float) -> bool:
     return True
 
 
+def _exact_float(p) -> bool:
+    """Whether `p` is a real number a float64 holds exactly (numpy compares a Fraction, a
+    long double or a huge int as it is; the native loop compares a float64)."""
+    if not isinstance(p, numbers.Real):
+        return False
+    try:
+        return float(p) == p
+    except (OverflowError, ValueError, TypeError):
+        return False
+
+
 def _state_address(bg) -> int:
-    """The address of `bg`'s state, asked once per generator (`bg.ctypes` builds an object)."""
-    if _state.get("generator") is not bg:
-        _state["generator"], _state["address"] = bg, bg.ctypes.state_address
-    return _state["address"]
+    """The address of `bg`'s state, asked once per generator (`bg.ctypes` builds an object);
+    the pair is read and written as one, so another thread's generator never answers."""
+    cached = _state.get("address")
+    if cached is None or cached[0] is not bg:
+        cached = _state["address"] = (bg, bg.ctypes.state_address)
+    return cached[1]
 
 
 def bernoulli(shape: tuple, p: float, dtype: str):

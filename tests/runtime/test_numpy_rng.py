@@ -112,3 +112,47 @@ def test_fill_refuses_arrays_it_cannot_write_as_numpy_would():
         assert not numpy_rng.fill(out, 0.5)
         assert not out.any()
     np.testing.assert_array_equal(np.random.get_state()[1], state[1])
+
+
+def test_p_that_no_float64_holds_is_compared_by_numpy():
+    """numpy compares a Fraction or a long double p as it is: p just below a drawn value
+    rounds to that value as a float64, where the native loop would keep it; such p are
+    left to numpy, which keeps the stream (and compares an int too large for a float with
+    a scalar draw as Python does)."""
+    from fractions import Fraction
+    np.random.seed(8)
+    draws = np.random.rand(10)
+    below = Fraction(float(draws[8])) - Fraction(1, 2 ** 80)
+    expected, state = numpy_draw(8, 0, (10,), below, np.float32)
+    np.random.seed(8)
+    np.testing.assert_array_equal(ndl.init.randb(10, p=below, dtype="float32").numpy(), expected)
+    np.testing.assert_array_equal(np.random.get_state()[1], state[1])
+    assert not numpy_rng.fill(np.zeros(4, np.float32), below)
+    for huge, kept in ((10 ** 400, True), (-10 ** 400, False)):
+        assert ndl.init.randb(p=huge, dtype="bool").numpy() == kept
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "float32", "bool"])
+def test_randb_of_a_scalar_shape(dtype):
+    np.random.seed(4)
+    expected = np.asarray(np.random.rand() <= 0.5).astype(dtype)
+    np.random.seed(4)
+    got = ndl.init.randb(p=0.5, dtype=dtype).numpy()
+    assert got.shape == () and got.dtype == expected.dtype and got == expected
+
+
+def test_each_generator_draws_from_its_own_state():
+    """The state address is remembered per generator: two MT19937s drawn from in turn
+    each advance only themselves, as numpy's own draws do."""
+    if numpy_rng._compiled() is None:
+        pytest.skip("the native draw is off here (numpy draws): nothing to compare")
+    saved = np.random.mtrand._rand._bit_generator
+    a, b = np.random.MT19937(1), np.random.MT19937(2)
+    reference = [np.random.RandomState(np.random.MT19937(1)), np.random.RandomState(np.random.MT19937(2))]
+    try:
+        for turn in range(6):
+            np.random.set_bit_generator((a, b)[turn % 2])
+            got = numpy_rng.bernoulli((700,), 0.3, "float32")
+            np.testing.assert_array_equal(got, (reference[turn % 2].rand(700) <= 0.3).astype(np.float32))
+    finally:
+        np.random.set_bit_generator(saved)
