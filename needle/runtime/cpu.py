@@ -110,14 +110,7 @@ class CompiledSchedule(ScheduleRunner):
                 handle, found = self.spares.take(k, self, size, dtype) if size else self.new_output(size, dtype)
                 slots[slot] = found
                 outputs.append(self.output_array(handle, shape, dtype, device, found))
-            block = self.acquire_temp(self.temp_total, args) if self.temp_slots else None
-            try:
-                if block is not None:
-                    self.bind_temps(args, slots, self.temp_address(block, args))
-                self.launch_all(args)
-            finally:
-                if block is not None:
-                    self.release_temp(block, args)
+            self.launch_with_temps(args, slots, lambda: self.launch_all(args))
         finally:
             self.tables_free.release()
         COUNTERS["kernels_launched"] += self.n_calls

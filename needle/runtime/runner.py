@@ -87,20 +87,28 @@ class ScheduleRunner:
                 else:  # a slot already allocated for an earlier output (views of one result)
                     handle, address, _ = owned[slot]
                 outputs.append(self.output_array(handle, shape, dtype, device, address))
-            block = self.acquire_temp(self.temp_total, args) if self.temp_slots else None
-            try:
-                if block is not None:
-                    self.bind_temps(args, slots, self.temp_address(block, args))
+
+            def launch():
                 if scalars or self.bounds_check:  # (nothing to hand over otherwise)
                     self.prepare(args, scalars)
                 self._launch_every(args, leaves, owned)
-            finally:
-                if block is not None:
-                    self.release_temp(block, args)
+            self.launch_with_temps(args, slots, launch)
         finally:
             self.give_args(args)
         COUNTERS["kernels_launched"] += self.n_calls  # (counters.add, without the call: every run)
         return outputs
+
+    def launch_with_temps(self, args, slots, launch) -> None:
+        """`launch()` with the schedule's temps bound to a block (from the device's pool,
+        or the one the tables keep), given back after."""
+        block = self.acquire_temp(self.temp_total, args) if self.temp_slots else None
+        try:
+            if block is not None:
+                self.bind_temps(args, slots, self.temp_address(block, args))
+            launch()
+        finally:
+            if block is not None:
+                self.release_temp(block, args)
 
     def _launch_every(self, args, leaves, owned) -> None:
         timer = self.timer_of()
