@@ -33,13 +33,9 @@ class Spares:
         """Output `k`'s buffer for this run: a kept one nothing holds, else a new one
         from `compiled` (a cpu.CompiledSchedule), kept if the bound allows."""
         kept = self.kept[k]
-        if kept:  # the oldest first: a state's newest is its value now
-            entry = kept[-1]
+        for entry in reversed(kept):  # the oldest first: a state's newest is its value now
             if _references(entry) == _UNHELD[entry[0].base is None]:
                 return entry
-            for entry in kept[-2::-1]:  # (the oldest alone is tried without a loop: it is the one free)
-                if _references(entry) == _UNHELD[entry[0].base is None]:
-                    return entry
         fresh = compiled.new_output(size, dtype)
         dropped = kept[self.PER_OUTPUT - 1:]  # the oldest, when the output has its two
         old = sum(entry[0].nbytes for entry in dropped)
