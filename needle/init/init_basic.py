@@ -78,13 +78,15 @@ def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
     shape = _shape(shape, "randb")
     if device is None:
         device = cpu()
+    name = dtype_name(dtype)
     if BACKEND == "nd" and getattr(device, "on_host", False):  # drawn into the tensor's own storage
-        name = dtype_name(dtype)
         storage = device.alloc(math.prod(shape), name)
         if numpy_rng.fill(storage, p):
             return autograd.Tensor.make_const(NDArray.make(shape, device=device, handle=storage, dtype=name),
                                               requires_grad=requires_grad)
-    array = numpy_rng.bernoulli(shape, p, dtype_name(dtype))
+        array = None  # (what `fill` refused here, `bernoulli` would refuse too)
+    else:
+        array = numpy_rng.bernoulli(shape, p, name)
     if array is None:
         array = np.asarray(np.random.rand(*shape) <= p).astype(np_dtype(dtype))  # (a scalar shape: a bool)
     return _tensor(array, device, dtype, requires_grad)

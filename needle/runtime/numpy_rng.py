@@ -235,8 +235,10 @@ _IR = "\n".join([_twist(), _HELPERS, _block(True), _block(False), _entry(True), 
 
 _lock = threading.Lock()
 _state = {}
-_OUT = {"float32": True, "bool": False, "uint8": False}  # dtype: drawn as floats (else bytes)
-_AS_FLOAT = {"f": True, "?": False, "B": False}  # the same by numpy's type char
+#: the dtypes drawn natively: float32 1.0 / 0.0, or a byte 1 / 0 (bool, uint8)
+_DRAWN = {"float32": np.float32, "bool": np.bool_, "uint8": np.uint8}
+#: whether each is drawn as floats, by numpy's type char (`dtype.name` costs microseconds)
+_AS_FLOAT = {np.dtype(t).char: t is np.float32 for t in _DRAWN.values()}
 
 
 def _compiled():
@@ -313,7 +315,7 @@ def _threshold(p: float) -> tuple:
 def fill(out: np.ndarray, p: float) -> bool:
     """Fill `out` (writable, C-contiguous, native float32, uint8 or bool) with `np.random.rand(*out.shape) <= p`
     drawn natively from the same stream; False (nothing drawn) where it cannot be."""
-    as_float = _AS_FLOAT.get(out.dtype.char)  # (the char: `dtype.name` costs microseconds)
+    as_float = _AS_FLOAT.get(out.dtype.char)
     flags = out.flags
     if as_float is None or not (type(p) is float or _exact_float(p)) or not flags.c_contiguous \
             or not flags.writeable or not out.dtype.isnative:
@@ -351,9 +353,8 @@ def _state_address(bg) -> int:
 def bernoulli(shape: tuple, p: float, dtype: str):
     """`(np.random.rand(*shape) <= p).astype(dtype)` drawn natively from the same
     stream, or None where it cannot be (the caller draws with numpy)."""
-    if dtype not in _OUT:
+    kind = _DRAWN.get(dtype)
+    if kind is None:
         return None
-    out = np.empty(shape, np.float32 if _OUT[dtype] else np.uint8)
-    if not fill(out, p):
-        return None
-    return out.view(np.bool_) if dtype == "bool" else out
+    out = np.empty(shape, kind)
+    return out if fill(out, p) else None
