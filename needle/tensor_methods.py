@@ -107,7 +107,8 @@ class TensorOperators:
     def __add__(self, other):
         if _is_scalar(other):
             return _ops().add_scalar(_numeric(self), other)
-        return self._logical("add", other) or _ops().add(*self._pair("add", other))
+        mask = self._logical("add", other)  # (not `or`: that would ask the mask for its truth)
+        return mask if mask is not None else _ops().add(*self._pair("add", other))
 
     def __sub__(self, other):
         if _is_scalar(other):
@@ -125,7 +126,8 @@ class TensorOperators:
     def __mul__(self, other):
         if _is_scalar(other):
             return _ops().mul_scalar(_numeric(self), other)
-        return self._logical("mul", other) or _ops().multiply(*self._pair("mul", other))
+        mask = self._logical("mul", other)
+        return mask if mask is not None else _ops().multiply(*self._pair("mul", other))
 
     def __truediv__(self, other):
         if _is_scalar(other):

@@ -249,6 +249,31 @@ def test_reading_a_value_inside_the_step_is_a_jit_error_naming_the_line(read):
         step(x, y)
 
 
+def test_masks_combined_and_a_tensor_exponents_gradient_read_no_value():
+    """mask * mask and the gradient of x ** y (whose backward multiplies masks) read no
+    tensor's value, so a captured step replays them (they had raised JitError: the
+    operator asked the first mask whether it was true), equal to the plain calls."""
+    rng = np.random.default_rng(3)
+
+    def step(a, b):
+        keep = (a > 1.0) * (b > 0.5) + (a < 0.7) * (b < 0.2)
+        out = (a ** b * keep).sum()
+        out.backward()
+        return out, a.grad, b.grad
+
+    jitted = ndl.jit(step)
+    for _ in range(4):
+        x, y = rng.random((4, 5)).astype(np.float32) + 0.5, rng.random((4, 5)).astype(np.float32)
+        mine = jitted(ndl.Tensor(x), ndl.Tensor(y))
+        ref = step(ndl.Tensor(x), ndl.Tensor(y))
+        for m, r in zip(mine, ref):
+            np.testing.assert_array_equal(m.numpy(), r.numpy())
+    keep = ((x > 1.0) & (y > 0.5)) | ((x < 0.7) & (y < 0.2))
+    np.testing.assert_allclose(mine[0].numpy(), (x ** y * keep).sum(), rtol=1e-5)
+    np.testing.assert_allclose(mine[1].numpy(), y * x ** (y - 1) * keep, rtol=1e-5)
+    np.testing.assert_allclose(mine[2].numpy(), np.log(x) * x ** y * keep, rtol=1e-5, atol=1e-7)
+
+
 def test_state_kept_through_default_arguments_is_followed():
     # (state in a container reached only through the function's defaults was a JitError)
     def run(use_jit):

@@ -49,6 +49,16 @@ def test_bool_tensors_count_as_0_1_in_arithmetic_and_select_as_masks(device):
     np.testing.assert_array_equal(v[mask].numpy(), v.numpy()[[0, 2]])
 
 
+@pytest.mark.parametrize("a, b", [([False], [True]), ([False], [False]), ([True], [True]), ([], [])])
+def test_one_element_and_empty_masks_combine_as_masks_in_numpy(device, a, b):
+    """A mask's truth is never asked for: a [False] mask times another stays a bool
+    mask (it had become float32 when the operator asked the first result if it was true)."""
+    x, y = (ndl.Tensor(np.array(v, dtype=bool), device=device) for v in (a, b))
+    for mine, ref in ((x * y, np.array(a, bool) * np.array(b, bool)), (x + y, np.array(a, bool) + np.array(b, bool))):
+        assert mine.dtype == "bool"
+        np.testing.assert_array_equal(mine.numpy(), ref)
+
+
 def test_a_float_index_raises_as_in_numpy(device):
     v = tensor([1.0, 2.0, 3.0], device)
     with pytest.raises(ndl.errors.IndexingError, match="integers or booleans, got float"):
