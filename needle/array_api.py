@@ -63,7 +63,9 @@ def amax(a, axis=None, keepdims=False):
 
 
 def pad(a, axes):
-    return np.pad(a, axes) if _np(a) else a.pad(axes)
+    if _np(a):  # (numpy cannot pad a 0-d array by no axes; the compiled backends copy it)
+        return np.pad(a, axes) if len(axes) else np.array(a, copy=True)
+    return a.pad(axes)
 
 
 def where(cond, a, b):

@@ -87,4 +87,12 @@ for expr, says in (("a + b", "add"), ("a * b", "mul"), ("a / b", "div"), ("a ** 
         assert str(e).startswith(says), (expr, str(e))
 promoted = ndl.Tensor(np.array([1, -2, 3], np.int32), dtype="int32") + np.array([1.5])
 np.testing.assert_array_equal(promoted.numpy(), [2.5, -0.5, 4.5])
+# a 0-d tensor padded by no axes is a copy, as in the compiled backends (numpy's pad refuses it)
+x = ndl.Tensor(R(2, 3), requires_grad=True)
+y = ndl.ops.pad(x[1, 2], ())
+y.backward()
+assert y.shape == () and float(y.numpy()) == x.numpy()[1, 2] and x.grad.numpy()[1, 2] == 1
+# a [False] mask times another stays a mask (the operator had asked it for its truth)
+m = ndl.Tensor(np.array([False])) * ndl.Tensor(np.array([True]))
+assert m.dtype == "bool" and not m.numpy()[0]
 print("ok")

@@ -196,6 +196,18 @@ def test_pad(device, shape, pads):
     gradient_check(lambda t: ops.pad(t, pads), x)
 
 
+def test_pad_of_a_0d_tensor_by_no_axes_copies_it(device):
+    """numpy has no pad of a 0-d array; every mode gives the value and a gradient of 1."""
+    x = randn((2, 3), device)
+    out = ops.pad(x[1, 2], ())
+    assert out.shape == ()
+    check_forward(out, x.numpy()[1, 2])
+    out.backward()
+    expected = np.zeros((2, 3), np.float32)
+    expected[1, 2] = 1
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
+
+
 def test_pad_bad_arguments(device):
     x = randn((2, 3), device)
     with pytest.raises(ndl.errors.ShapeError, match=r"pad.*\(2, 3\)"):
