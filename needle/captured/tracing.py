@@ -6,9 +6,10 @@
   holds what the step could read, and the attribute names it reads are noted (an
   optimizer's lr read by the user's own code is a guard, not a value read at each
   replay).  Calls from user code that a replay cannot repeat (print, input, open,
-  next(), time.*, a numpy random generator other than the global one), and files a
-  library opens for it (np.load), are host effects, with their line (the global RNGs
-  are compared before and after instead).  A profile hook of the user's written in
+  next(), time.*, warnings.warn, a numpy random generator other than the global one,
+  any method of a file or stream: f.write, sys.stdout.write, a StringIO's), and files a
+  library opens or uses for it (np.load, logging, json.dump), are host effects, with
+  their line (the global RNGs are compared before and after instead).  A profile hook of the user's written in
   Python gets every event through this one; code that switches the hook itself (a
   profiler enabled inside the step) is a host effect too: it would blind the capture.
 
@@ -28,7 +29,7 @@ from .code import is_user_code, line_of, names_of
 
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HOST_BUILTINS = {print, input, open, next, breakpoint}
-_HOST_MODULES = {"time", "datetime", "secrets", "uuid"}
+_HOST_MODULES = {"time", "datetime", "secrets", "uuid", "_warnings"}  # (warnings.warn is _warnings')
 _HOST_CODES = {os._Environ.__getitem__.__code__: "os.environ"}
 
 
@@ -78,15 +79,18 @@ class Tracer:
                     and is_user_code(frame.f_back.f_code.co_filename):
                 owner = frame.f_locals.get("self")  # (a method of needle's called by the user's code)
                 self.touched.setdefault(id(owner), set()).add(code.co_name)
-        elif event == "c_call" and arg in _FILE_OPENS and not is_user_code(frame.f_code.co_filename):
-            if _library_call_of_user(frame):  # (np.load, pandas.read_csv: a file read for the user)
+        elif event == "c_call" and not is_user_code(frame.f_code.co_filename):
+            if (arg in _FILE_OPENS or isinstance(getattr(arg, "__self__", None), io.IOBase)) \
+                    and _library_call_of_user(frame):  # (np.load, logging, json.dump: files used for the user)
                 self.note(f"{getattr(arg, '__qualname__', arg)}() (through a library)", frame)
-        elif event == "c_call" and is_user_code(frame.f_code.co_filename):
+        elif event == "c_call":
             owner = getattr(arg, "__self__", None)
             if isinstance(owner, (np.random.Generator, np.random.RandomState)) and owner is not np.random.mtrand._rand:
                 self.note(f"a random generator other than numpy's global one ({arg.__qualname__})", frame)
             elif arg in _HOST_BUILTINS or getattr(owner, "__name__", None) in _HOST_MODULES:
                 self.note(f"{getattr(arg, '__qualname__', arg)}()", frame)
+            elif isinstance(owner, io.IOBase):  # (a file's, sys.stdout's or a StringIO's read or write)
+                self.note(f"{type(owner).__name__}.{getattr(arg, '__name__', arg)}()", frame)
 
     def _enter(self, frame, code) -> None:
         where = os.path.basename(code.co_filename)

@@ -129,7 +129,7 @@ class World:
                 continue
             elif isinstance(value, (set, frozenset, bytearray, array.array, types.MappingProxyType)):
                 if not isinstance(value, frozenset):
-                    self._box(value, _copy(value), path)
+                    self._box(value, copy_box(value), path)
             elif isinstance(value, np.ndarray):
                 if value.size <= ARRAY_GUARD_SIZE:
                     self._array_bytes += value.nbytes
@@ -188,7 +188,7 @@ class World:
         proxy = klass.__dict__
         path = getattr(klass, "__qualname__", "a class")
         self._class_of[id(proxy)] = klass
-        self._box(proxy, _copy(proxy), path)
+        self._box(proxy, copy_box(proxy), path)
         stack = []
         for key, value in proxy.items():  # (a Tensor in a class attribute: state, where it lives)
             if isinstance(value, Tensor) or type(value) is tuple and _has_tensor(value):
@@ -369,8 +369,9 @@ def _own_dict(obj):
     return own if isinstance(own, dict) else None
 
 
-def _copy(box):
-    """A snapshot of a set, a byte buffer, an array.array or a mapping proxy."""
+def copy_box(box):
+    """A snapshot of a list, deque, set, byte buffer, array.array (which has no .copy())
+    or mapping proxy."""
     if isinstance(box, types.MappingProxyType):
         return {k: pin(v) for k, v in box.items()}
     return array.array(box.typecode, box) if isinstance(box, array.array) else type(box)(box)
@@ -378,7 +379,7 @@ def _copy(box):
 
 def refill(snapshot, box) -> None:
     """`snapshot` made equal to `box` in place (holds() keeps the snapshot object)."""
-    fresh = pinned_copy(box) if isinstance(box, (dict, list, collections.deque)) else _copy(box)
+    fresh = pinned_copy(box) if isinstance(box, (dict, list, collections.deque)) else copy_box(box)
     if isinstance(snapshot, (dict, set)):
         snapshot.clear()
         snapshot.update(fresh)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 
 from .places import ALL, MISSING, SIMPLE, Attrs, Cell, GradOf, path_of, pin, same_layout, unpin
-from .world import contents, equal
+from .world import contents, copy_box, equal
 
 
 def diff(world):
@@ -26,7 +26,7 @@ def diff(world):
             found.extend((box, i, now) for i, (now, before) in enumerate(zip(box, snapshot))
                          if now is not unpin(before))
         else:
-            found.append((box, ALL, box.copy()))
+            found.append((box, ALL, copy_box(box)))
     for cell, before in zip(world.cells, world.cell_values):
         now = contents([cell])[0]
         if now is not unpin(before):

@@ -454,6 +454,62 @@ def test_print_inside_the_step_runs_plainly_and_says_so(capsys):
     assert capsys.readouterr().out.count("step") == 8
 
 
+WRITES = {  # how a step writes to the world; each writes one line per call
+    "a file's write": lambda out: out["file"].write("step\n"),
+    "sys.stdout.write": lambda out: __import__("sys").stdout.write("step\n"),
+    "logging": lambda out: out["log"].info("step"),
+    "json.dump": lambda out: (__import__("json").dump({"step": 1}, out["buffer"]), out["buffer"].write("\n")),
+    "warnings.warn": lambda out: warnings.warn("step"),
+}
+
+
+@pytest.mark.parametrize("how", list(WRITES))
+def test_a_step_writing_to_a_file_stream_log_or_warning_runs_plainly_and_says_so(how, tmp_path, capsys):
+    """A replay writes nothing: a write through any file or stream, by the step or by a
+    library for it, makes it run plainly with a warning, every line written as without jit."""
+    import io
+    import logging
+
+    def run(jit):
+        path = tmp_path / f"log-{len(list(tmp_path.iterdir()))}.txt"
+        out = {"file": open(path, "w"), "buffer": io.StringIO()}
+        out["log"] = logging.getLogger(f"needle-test-{path.name}")
+        out["log"].handlers[:], out["log"].propagate = [logging.StreamHandler(out["buffer"])], False
+        out["log"].setLevel(logging.INFO)
+        model = small()
+
+        def step(x):
+            WRITES[how](out)
+            return model(x).sum()
+        f = jit(step)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results = [f(T(batch(i)[0])) for i in range(4)]
+        out["file"].close()
+        for w in caught:  # (needle's own, for `both` to see)
+            if str(w.message) != "step":
+                warnings.warn(w.message)
+        lines = path.read_text().count("\n") + out["buffer"].getvalue().count("\n")
+        return results + [lines, sum(str(w.message) == "step" for w in caught)]
+    both(run, warns=r"write\(\)|warn\(\)")
+    if how == "sys.stdout.write":
+        assert capsys.readouterr().out.count("step") == 8
+
+
+def test_an_array_array_the_step_appends_to_runs_plainly_and_says_so():
+    import array
+
+    def run(jit):
+        model, history = small(), array.array("d")
+
+        def step(x):
+            history.append(float(x.shape[0]))
+            return model(x).sum()
+        f = jit(step)
+        return [f(T(batch(i)[0])) for i in range(5)] + [list(history)]
+    both(run, warns="changes .*history")
+
+
 # ---- 4. transactional replays ------------------------------------------------------------------
 def test_a_hidden_state_reset_between_epochs_with_adam_and_dropout():
     class Carry(nn.Module):
