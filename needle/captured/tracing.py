@@ -21,6 +21,7 @@ import _lsprof
 import io
 import os
 import sys
+import types
 
 import numpy as np
 
@@ -80,8 +81,8 @@ class Tracer:
                 owner = frame.f_locals.get("self")  # (a method of needle's called by the user's code)
                 self.touched.setdefault(id(owner), set()).add(code.co_name)
         elif event == "c_call" and not is_user_code(frame.f_code.co_filename):
-            if (arg in _FILE_OPENS or isinstance(getattr(arg, "__self__", None), io.IOBase)) \
-                    and _library_call_of_user(frame):  # (np.load, logging, json.dump: files used for the user)
+            if _reaches_the_host(arg, _LIBRARY_HOST_CALLS) and _library_call_of_user(frame):
+                # (np.load, logging, json.dump, os.path.exists, a library's print: for the user)
                 self.note(f"{getattr(arg, '__qualname__', arg)}() (through a library)", frame)
         elif event == "c_call":
             owner = getattr(arg, "__self__", None)
@@ -89,8 +90,8 @@ class Tracer:
                 self.note(f"a random generator other than numpy's global one ({arg.__qualname__})", frame)
             elif arg in _HOST_BUILTINS or getattr(owner, "__name__", None) in _HOST_MODULES:
                 self.note(f"{getattr(arg, '__qualname__', arg)}()", frame)
-            elif isinstance(owner, io.IOBase):  # (a file's, sys.stdout's or a StringIO's read or write)
-                self.note(f"{type(owner).__name__}.{getattr(arg, '__name__', arg)}()", frame)
+            elif _reaches_the_host(arg, ()):  # (a file's, sys.stdout's or a StringIO's read or write; os.stat)
+                self.note(f"{_call_name(arg)}()", frame)
 
     def _enter(self, frame, code) -> None:
         where = os.path.basename(code.co_filename)
@@ -110,9 +111,10 @@ class Tracer:
 
 
 def _called_by_user(frame) -> bool:
-    """Whether the first caller outside the standard library is the user's code."""
+    """Whether the first caller outside the standard library is the user's code (the
+    standard library's frozen modules included: os.getenv's code is `<frozen os>`)."""
     frame = frame.f_back
-    while frame is not None and frame.f_code.co_filename.startswith(_STDLIB):
+    while frame is not None and frame.f_code.co_filename.startswith((_STDLIB, "<frozen ")):
         frame = frame.f_back
     return frame is not None and is_user_code(frame.f_code.co_filename)
 
@@ -132,7 +134,39 @@ def _library_call_of_user(frame) -> bool:
 
 
 _STDLIB = os.path.dirname(os.__file__)
-_FILE_OPENS = {open, io.open, os.open}
+#: what a library may call for the user that reaches the host (besides stream methods and os)
+_LIBRARY_HOST_CALLS = {open, io.open, os.open, print, input, breakpoint}
+#: the operating system's calls (os.stat, os.listdir, os.getpid, ...), but for the pure ones
+_OS_MODULES = {"posix", "nt"}
+_PURE_OS_CALLS = {"fspath", "fsencode", "fsdecode", "strerror", "WIFEXITED", "WEXITSTATUS", "WIFSIGNALED",
+                  "WTERMSIG", "WIFSTOPPED", "WSTOPSIG", "waitstatus_to_exitcode"}
+
+
+def _reaches_the_host(fn, calls) -> bool:
+    """Whether the C function `fn` reads or writes outside Python: one of `calls`, a
+    method of a file or stream, or the operating system's (os.*, not os.fspath)."""
+    if fn in calls:
+        return True
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, io.IOBase) or type(owner).__module__ in _HOST_TYPES_MODULES \
+            or getattr(owner, "__name__", None) in _HOST_FUNCTIONS_MODULES:
+        return True
+    return getattr(owner, "__name__", None) in _OS_MODULES and getattr(fn, "__name__", "") not in _PURE_OS_CALLS
+
+
+def _call_name(fn) -> str:
+    """`os.stat`, `TextIOWrapper.write`, `Cursor.execute`: what a warning calls `fn`."""
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, types.ModuleType):
+        return f"{'os' if owner.__name__ in _OS_MODULES else owner.__name__}.{fn.__name__}"
+    return f"{type(owner).__name__}.{getattr(fn, '__name__', fn)}"
+
+
+#: modules whose objects' methods reach outside Python (a database, a socket, a csv writer's
+#: file, shared memory), and modules whose functions write to or read from files they are given
+_HOST_TYPES_MODULES = {"sqlite3", "_sqlite3", "socket", "_socket", "select", "_ssl", "ssl", "mmap", "_csv",
+                       "_multiprocessing", "_posixshmem"}
+_HOST_FUNCTIONS_MODULES = {"_pickle", "marshal", "_csv", "select", "_socket", "mmap", "_posixshmem"}
 _ENGINE_DIRS = tuple(os.path.join(_NEEDLE_DIR, d) + os.sep for d in ("engine", "compiler", "codegen", "runtime",
                                                                       "backend_ndarray"))
 

@@ -120,8 +120,14 @@ class Recorder:
             if not getattr(array, "is_lazy", False) and id(array) not in self.readers:
                 self.readers[id(array)] = (tensor, array)
 
-    def schedule(self, entry, leaves, scalars, device, outputs) -> None:
+    def schedule(self, entry, leaves, scalars, device, outputs, target_of=None) -> None:
+        """A schedule run; `target_of()` reads the Target its device compiles for now (the
+        thread count, bounds checking and unrolling settings of needle.config, which code
+        may change at run time): a guard, once per device, so that a replay never runs
+        kernels a plain call would no longer make."""
         self.runs.append(ScheduleRun(entry, leaves, scalars, device, outputs))
+        if target_of is not None and all(read is not target_of for read, _ in self.guards):
+            self.guards.append((target_of, target_of()))
 
 
 @contextlib.contextmanager

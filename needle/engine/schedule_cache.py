@@ -173,6 +173,6 @@ def realize(nodes) -> None:
         counters.add("schedules")
         recorder = capture.current() if capture.CURRENT is not None else None
         if recorder is not None:  # (needle.jit records the call it captures)
-            recorder.schedule(entry, leaves, scalars, device, outputs)
+            recorder.schedule(entry, leaves, scalars, device, outputs, cache.target)
     for node, array in zip(nodes, outputs):
         node.become_buffer(array)

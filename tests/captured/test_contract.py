@@ -491,9 +491,67 @@ def test_a_step_writing_to_a_file_stream_log_or_warning_runs_plainly_and_says_so
                 warnings.warn(w.message)
         lines = path.read_text().count("\n") + out["buffer"].getvalue().count("\n")
         return results + [lines, sum(str(w.message) == "step" for w in caught)]
-    both(run, warns=r"write\(\)|warn\(\)")
+    both(run, warns=r"the step calls [\w.]+\(\)")  # (logging's first: os.getpid, for its record)
     if how == "sys.stdout.write":
         assert capsys.readouterr().out.count("step") == 8
+
+
+READS = {  # how a step reads a loss scale from the host: each changes it before call 5
+    "os.path.exists": (lambda env: 0.1 if __import__("os").path.exists(env["flag"]) else 1.0,
+                       lambda env: open(env["flag"], "w").close()),
+    "os.getenv": (lambda env: float(__import__("os").getenv("NEEDLE_TEST_SCALE", "1.0")),
+                  lambda env: __import__("os").environ.__setitem__("NEEDLE_TEST_SCALE", "0.1")),
+    "sqlite3": (lambda env: env["db"].execute("select v from s").fetchone()[0],
+                lambda env: env["db"].execute("update s set v = 0.1")),
+}
+
+
+@pytest.mark.parametrize("how", list(READS))
+def test_a_step_reading_the_host_through_os_or_a_database_runs_plainly_and_says_so(how, tmp_path, monkeypatch):
+    import sqlite3
+    monkeypatch.delenv("NEEDLE_TEST_SCALE", raising=False)
+    read, change = READS[how]
+
+    def run(jit):
+        env = {"flag": str(tmp_path / f"flag-{len(list(tmp_path.iterdir()))}"), "db": sqlite3.connect(":memory:")}
+        env["db"].execute("create table s (v real)")
+        env["db"].execute("insert into s values (1.0)")
+        monkeypatch.delenv("NEEDLE_TEST_SCALE", raising=False)
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x), y) * read(env)
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        out = []
+        for i in range(8):
+            if i == 4:
+                change(env)
+            out.append(f(*map(T, batch(i))))
+        return out + model.parameters()
+    both(run, warns=r"the step calls ([\w.]+\(\)|a read of os\.environ)")
+
+
+def test_os_write_in_the_step_runs_plainly_and_says_so(tmp_path):
+    import os
+
+    def run(jit):
+        path = tmp_path / f"out-{len(list(tmp_path.iterdir()))}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+        model = small()
+
+        def step(x):
+            os.write(fd, b"step\n")
+            return model(x).sum()
+        f = jit(step)
+        out = [f(T(batch(i)[0])) for i in range(4)]
+        os.close(fd)
+        return out + [path.read_bytes().count(b"\n")]
+    both(run, warns=r"os\.write\(\)")
 
 
 def test_an_array_array_the_step_appends_to_runs_plainly_and_says_so():
@@ -508,6 +566,31 @@ def test_an_array_array_the_step_appends_to_runs_plainly_and_says_so():
         f = jit(step)
         return [f(T(batch(i)[0])) for i in range(5)] + [list(history)]
     both(run, warns="changes .*history")
+
+
+@pytest.mark.parametrize("setting, value", [("UNROLL_MIN_WORK", 0), ("BOUNDS_CHECK", True), ("THREADS", 1)])
+def test_a_compile_setting_changed_at_run_time_is_what_replays_use(setting, value):
+    """needle.config may be assigned at run time: a plain call then compiles for the new
+    setting (another unrolling rounds sums differently), so a replay must too."""
+    from needle import config
+
+    def run(jit):
+        before = getattr(config, setting)
+        np.random.seed(0)
+        model = nn.Sequential(nn.Linear(600, 64), nn.ReLU(), nn.Linear(64, 3))
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        f = jit(sgd_step(model, opt))
+        out = []
+        try:
+            for i in range(8):
+                if i == 4:
+                    setattr(config, setting, value)
+                rng = np.random.default_rng(i)
+                out.append(f(T(rng.standard_normal((32, 600))), T(rng.integers(0, 3, 32))))
+        finally:
+            setattr(config, setting, before)
+        return out + model.parameters()
+    both(run, replays=4)
 
 
 # ---- 4. transactional replays ------------------------------------------------------------------
