@@ -1,6 +1,6 @@
 """Which code is the user's, and what it names: the capture follows the user's code
-(its globals, the attributes it reads), not needle's, the standard library's or an
-installed package's."""
+(its globals, the attributes it reads) and the installed packages it calls, not needle's,
+numpy's or the standard library's."""
 from __future__ import annotations
 
 import dis
@@ -15,6 +15,21 @@ from ..engine.capture import user_line
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) for p in (
     sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))} | {_NEEDLE_DIR}))
+
+
+_PACKAGE_DIRS = tuple(sorted({os.path.abspath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}))
+#: installed packages whose code the capture does not follow: numpy's Python layer over its C
+#: core (what it computes is guarded through the arrays), needle's own
+_FRAMEWORK_DIRS = tuple(os.path.join(d, name) + os.sep for d in _PACKAGE_DIRS for name in ("numpy", "needle")) \
+    + (_NEEDLE_DIR + os.sep,)
+
+
+@functools.lru_cache(maxsize=4096)
+def is_package_code(filename: str) -> bool:
+    """Code of an installed package other than numpy and needle: followed like the user's
+    when the user's code calls it (its globals are guards, its effects are seen)."""
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    return path.startswith(_PACKAGE_DIRS) and not path.startswith(_FRAMEWORK_DIRS)
 
 
 @functools.lru_cache(maxsize=4096)

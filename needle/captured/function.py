@@ -523,7 +523,7 @@ def _exemptions(recorder, tracer, world):
     def allowed(obj):
         return tracer.touched.get(id(obj), set()) <= STEP_METHODS and getattr(obj, "__dict__", None) is not None
 
-    for obj, names in recorder.live:
+    for obj, names in recorder.live if not tracer.dynamic else ():  # (names looked up at run time: all guards)
         if allowed(obj):
             d = obj.__dict__
             exempt |= {(id(d), n) for n in names if n in d and n not in tracer.attributes and (id(d), n) not in changed}

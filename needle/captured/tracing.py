@@ -1,7 +1,8 @@
 """What the captured call runs, found while it runs (needle.jit's capture call only).
 
 - `Tracer`: a `sys.setprofile` hook.  At the first call of each piece of user code
-  (not needle's, the standard library's or an installed package's), the globals it
+  (not needle's, numpy's or the standard library's; an installed package's when the
+  user's code calls it), the globals it
   names and its closure's values join the World before that code runs, so the world
   holds what the step could read, and the attribute names it reads are noted (an
   optimizer's lr read by the user's own code is a guard, not a value read at each
@@ -18,6 +19,7 @@ Numpy arguments are traced by numpy_args.py; the notes of what they do come here
 from __future__ import annotations
 
 import _lsprof
+import builtins
 import io
 import os
 import sys
@@ -26,7 +28,8 @@ import types
 import numpy as np
 
 from ..engine import capture
-from .code import is_user_code, line_of, names_of
+from .code import is_package_code, is_user_code, line_of, names_of
+from .world import plain_names
 
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HOST_BUILTINS = {print, input, open, next, breakpoint}
@@ -43,6 +46,9 @@ class Tracer:
         self.attributes = set()  # attribute names user code reads or writes
         self.touched = {}        # id(object) -> names of needle methods user code called on it
         self.effects = []        # (what, user line) a replay could not repeat
+        #: user code looked names up at run time (getattr, vars, globals, eval): any attribute
+        #: or global may have been read, so all of them are guards (nothing read at each replay)
+        self.dynamic = False
 
     def __enter__(self):
         self.previous = sys.getprofile()
@@ -74,8 +80,10 @@ class Tracer:
                 self.note(f"a read of {_HOST_CODES[code]}", frame)
             if code not in self.codes:
                 self.codes.add(code)
-                if is_user_code(code.co_filename) and not _below_the_frontend(frame):
-                    self._enter(frame, code)
+                if (is_user_code(code.co_filename) or (is_package_code(code.co_filename)
+                                                       and _library_call_of_user(frame.f_back))) \
+                        and not _below_the_frontend(frame):
+                    self._enter(frame, code)  # (a package's code the user calls: its globals too)
             if code.co_varnames[:1] == ("self",) and frame.f_back is not None \
                     and is_user_code(frame.f_back.f_code.co_filename):
                 owner = frame.f_locals.get("self")  # (a method of needle's called by the user's code)
@@ -86,17 +94,29 @@ class Tracer:
                 self.note(f"{getattr(arg, '__qualname__', arg)}() (through a library)", frame)
         elif event == "c_call":
             owner = getattr(arg, "__self__", None)
-            if isinstance(owner, (np.random.Generator, np.random.RandomState)) and owner is not np.random.mtrand._rand:
+            if arg in _DYNAMIC_LOOKUPS:
+                self._looks_up_names(frame)
+            elif isinstance(owner, (np.random.Generator, np.random.RandomState)) and owner is not np.random.mtrand._rand:
                 self.note(f"a random generator other than numpy's global one ({arg.__qualname__})", frame)
             elif arg in _HOST_BUILTINS or getattr(owner, "__name__", None) in _HOST_MODULES:
                 self.note(f"{getattr(arg, '__qualname__', arg)}()", frame)
             elif _reaches_the_host(arg, ()):  # (a file's, sys.stdout's or a StringIO's read or write; os.stat)
                 self.note(f"{_call_name(arg)}()", frame)
 
+    def _looks_up_names(self, frame) -> None:
+        """A name looked up at run time by the user's code: its module's globals, and every
+        attribute of the modules met, now and from here on, are guards."""
+        self.dynamic = True
+        self.world.add_globals(frame.f_globals, plain_names(frame.f_globals),
+                               f"<globals of {os.path.basename(frame.f_code.co_filename)}>")
+        self.world.namespace_attributes(None)
+
     def _enter(self, frame, code) -> None:
         where = os.path.basename(code.co_filename)
         globals_, attributes, modules = names_of(code)
         self.world.add_globals(frame.f_globals, globals_, f"<globals of {where}>")
+        # (a global the code names that its module lacks resolves through builtins)
+        self.world.add_globals(builtins.__dict__, [n for n in globals_ if n not in frame.f_globals], "<builtins>")
         for name in modules:  # (imported inside, or looked up in sys.modules)
             if sys.modules.get(name) is not None:
                 self.world.add(sys.modules[name], name)
@@ -106,7 +126,7 @@ class Tracer:
                 if name in values and name != "__class__":
                     self.world.add_local(values[name], name)
         self.attributes |= attributes | self.world.attribute_names
-        self.world.namespace_attributes(self.attributes)
+        self.world.namespace_attributes(None if self.dynamic else self.attributes)
         self.settle()  # (state found pending: computed before this code reads it)
 
 
@@ -134,6 +154,8 @@ def _library_call_of_user(frame) -> bool:
 
 
 _STDLIB = os.path.dirname(os.__file__)
+#: calls that look names up at run time, which the names a code spells do not show
+_DYNAMIC_LOOKUPS = {getattr, hasattr, vars, globals, eval, exec}
 #: what a library may call for the user that reaches the host (besides stream methods and os)
 _LIBRARY_HOST_CALLS = {open, io.open, os.open, print, input, breakpoint}
 #: the operating system's calls (os.stat, os.listdir, os.getpid, ...), but for the pure ones

@@ -140,8 +140,11 @@ class World:
                     self.arrays.append((value, value.copy(), path))
                 self.host_arrays.append(value)
             elif isinstance(value, (np.random.Generator, np.random.RandomState, random.Random)):
-                if value is not np.random.mtrand._rand and value is not random._inst:  # (the global ones:
-                    self.rngs.append((value, rng_state(value), path))                # checked apart)
+                # (the global ones are checked apart; a SystemRandom has no state: its draws read
+                # os.urandom, a host effect the tracer notes)
+                if value is not np.random.mtrand._rand and value is not random._inst \
+                        and not isinstance(value, random.SystemRandom):
+                    self.rngs.append((value, rng_state(value), path))
             elif isinstance(value, functools.partial):
                 stack.extend([(value.func, path + ".func"), (value.args, path + ".args"),
                               (value.keywords, path + ".keywords")])
@@ -151,6 +154,11 @@ class World:
                 self.add_function(value, path, stack)
             elif isinstance(value, operator.attrgetter):  # (names it reads: guarded where they are)
                 self.attribute_names |= {n for name in value.__reduce__()[1] for n in name.split(".")}
+            elif isinstance(value, ctypes.Array):  # (shared memory, multiprocessing.Array's: its values)
+                try:
+                    stack.append((np.ctypeslib.as_array(value), path))
+                except (TypeError, ValueError, NotImplementedError):  # (not numbers: pointers, structures)
+                    pass
             elif isinstance(value, (weakref.ref, contextvars.ContextVar, ctypes._SimpleCData)):
                 self.add_globals(Read(reader(value)), ("value",), path)  # (what it refers to, or holds)
             elif not getattr(type(value), "holds_no_state", False):
@@ -301,10 +309,14 @@ class World:
                 self.add(*stack.pop())
 
     def namespace_attributes(self, names) -> None:
-        """The attributes `names` (read by the step's code) of the modules met so far
-        (`config.SCALE`, `ops.relu`): a module rebinding one is a change the step sees."""
+        """The attributes `names` (read by the step's code; None: all of them, for code that
+        looks names up at run time) of the modules met so far (`config.SCALE`, `ops.relu`):
+        a module rebinding one is a change the step sees."""
         for module in self.namespaces:
-            found = [n for n in names if n in module.__dict__]
+            if names is None:  # (a user module's plain values and containers: what a name built at run time reads)
+                found = plain_names(module.__dict__) if user_namespace(module) else []
+            else:
+                found = [n for n in names if n in module.__dict__]
             if found:
                 self.add_globals(module.__dict__, found, module.__name__)
 
@@ -367,6 +379,12 @@ def _own_dict(obj):
     except Exception:
         return None
     return own if isinstance(own, dict) else None
+
+
+def plain_names(namespace) -> list:
+    """The names of `namespace` bound to numbers, strings, None or plain containers: the
+    values a name looked up at run time (`globals()["SCALE_" + phase]`) reads."""
+    return [n for n, v in namespace.items() if isinstance(v, SIMPLE) or type(v) in (dict, list, tuple)]
 
 
 def copy_box(box):

@@ -554,6 +554,111 @@ def test_os_write_in_the_step_runs_plainly_and_says_so(tmp_path):
     both(run, warns=r"os\.write\(\)")
 
 
+def _scaled_step(model, opt, scale):
+    def step(x, y):
+        opt.reset_grad()
+        loss = nn.SoftmaxLoss()(model(x), y) * scale()
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def _scale_changed_at_call_5(jit, scale, change):
+    model = small()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    f = jit(_scaled_step(model, opt, scale))
+    out = []
+    for i in range(8):
+        if i == 4:
+            change()
+        out.append(f(*map(T, batch(i))))
+    return out + model.parameters()
+
+
+@pytest.mark.parametrize("how", ["getattr of a module", "globals()", "getattr of the optimizer", "vars()"])
+def test_values_read_by_names_built_at_run_time_are_guards(how, monkeypatch):
+    """getattr, vars and globals() read names the step's code does not spell: after one,
+    every global and module attribute the step could reach is a guard, and an optimizer's
+    lr is no longer read at each replay but guarded (a changed value recaptures)."""
+    import types
+    cfg = types.ModuleType("needle_test_cfg")
+    monkeypatch.setitem(__import__("sys").modules, "needle_test_cfg", cfg)
+    name = "".join({"getattr of a module": ["LOSS", "_SCALE"], "globals()": ["NEEDLE", "_TEST_SCALE"]}.get(how, "lr"))
+    opts = []
+
+    def scale():
+        if how == "getattr of a module":
+            return getattr(cfg, name)
+        if how == "globals()":
+            return globals()[name]
+        return 10 * (getattr(opts[-1], name) if how == "getattr of the optimizer" else vars(opts[-1])[name])
+
+    def set_to(value):
+        if how == "getattr of a module":
+            setattr(cfg, name, value)
+        elif how == "globals()":
+            globals()[name] = value
+        elif value != 1.0:
+            setattr(opts[-1], name, value / 10)
+
+    def run(jit):
+        set_to(1.0)
+        model = small()
+        opts.append(optim.SGD(model.parameters(), lr=0.1))
+        f = jit(_scaled_step(model, opts[-1], scale))
+        out = []
+        for i in range(8):
+            if i == 4:
+                set_to(0.25)
+            out.append(f(*map(T, batch(i))))
+        return out + model.parameters()
+    try:
+        both(run, replays=3)
+    finally:
+        globals().pop("NEEDLE_TEST_SCALE", None)
+
+
+def test_a_ctypes_array_the_step_reads_is_guarded_by_its_values():
+    """Shared memory (a ctypes array, what multiprocessing.Array wraps) changed between
+    calls: its values are a guard, as a small numpy array's are."""
+    import ctypes
+    shared = (ctypes.c_double * 2)(1.0, 0.0)
+
+    def run(jit):
+        shared[0] = 1.0
+        return _scale_changed_at_call_5(jit, lambda: shared[0], lambda: shared.__setitem__(0, 0.25))
+    both(run, replays=3)
+
+
+def test_an_installed_packages_global_the_step_reads_through_it_is_a_guard(tmp_path, monkeypatch):
+    """Code of an installed package the step calls is followed like the user's: its module
+    setting changed between calls recaptures (it had been ignored by replays)."""
+    import sys
+    from needle.captured import code
+    site = tmp_path / "site-packages"
+    (site / "needle_test_lib").mkdir(parents=True)
+    (site / "needle_test_lib" / "__init__.py").write_text(
+        "SCALE = 1.0\n\ndef set_scale(v):\n    global SCALE\n    SCALE = v\n\n\ndef scaled(x):\n    return x * SCALE\n")
+    monkeypatch.setattr(code, "_LIBRARY_DIRS", code._LIBRARY_DIRS + (str(site),))
+    monkeypatch.setattr(code, "_PACKAGE_DIRS", code._PACKAGE_DIRS + (str(site),))
+    code.is_user_code.cache_clear()
+    code.is_package_code.cache_clear()
+    monkeypatch.syspath_prepend(str(site))
+    try:
+        import needle_test_lib as lib
+        assert not code.is_user_code(lib.__file__) and code.is_package_code(lib.__file__)
+
+        def run(jit):
+            lib.set_scale(1.0)
+            return _scale_changed_at_call_5(jit, lambda: lib.scaled(1.0), lambda: lib.set_scale(0.25))
+        both(run, replays=3)
+    finally:
+        sys.modules.pop("needle_test_lib", None)
+        code.is_user_code.cache_clear()
+        code.is_package_code.cache_clear()
+
+
 def test_an_array_array_the_step_appends_to_runs_plainly_and_says_so():
     import array
 
