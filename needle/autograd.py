@@ -257,8 +257,10 @@ def host_argument(x, what: str):
     if _capture.CURRENT is None or _capture.current() is None or not isinstance(x, numpy.ndarray) or \
             getattr(x, "_needle", None) is None:
         return x
-    if x.dtype == numpy.bool_:
-        _capture.host_read(f"{what} with a boolean mask from a numpy argument")
+    if x.dtype == numpy.bool_:  # (the call runs plainly: its values decide the result's shape)
+        _capture.host_effect(f"indexes with {what} from a numpy argument, whose values decide the "
+                             "result's shape (multiply by the mask as a float Tensor instead, which keeps the shape)")
+        return x
     return Tensor(x, dtype="float32" if x.dtype.kind == "f" else "int64", requires_grad=False)
 
 

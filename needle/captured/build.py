@@ -20,7 +20,7 @@ from .records import CONST, DRAW, OUT, SRC, Run, Source, layout, scalars_of
 from .step import CapturedStep
 from .numpy_args import TracedArray, recipe_of
 from . import world_effects
-from .places import ALL, SIMPLE, GradOf, Read, Slot, bound_object, where_of
+from .places import ALL, MISSING, SIMPLE, GradOf, Read, Slot, bound_object, where_of
 from .world import ARRAY_GUARD_SIZE
 
 
@@ -207,6 +207,8 @@ class Builder:
             return ("seq", make, [self.template(v) for v in value])
         if type(value) is dict:
             return ("dict", [(k, self.template(v)) for k, v in value.items()])
+        if value is MISSING:  # (a key the call deleted: the replay deletes it too)
+            return ("const", MISSING)
         if _immutable(value) or self.world.reached(value) or \
                 isinstance(value, types.MethodType) and self.world.reached(value.__self__):  # (`model.forward`)
             return ("const", value)  # (the same object a plain call gives, or one equal to it)

@@ -278,10 +278,13 @@ class JitFunction:
                                    f"differs from a plain call in {difference}; please report this with your step "
                                    "(NEEDLE_JIT=0 runs plainly)")
             elif difference is not None:
+                graphs = [k for k, x in enumerate(call.inputs) if x.op is not None and x.requires_grad]
+                cause = (f"tensor argument {graphs[0]} carries the graph of earlier calls, which backward() "
+                         "reaches (detach() it, as a hidden state carried between steps)") if graphs else \
+                    ("the step depends on something needle does not follow (numpy computing from an argument "
+                     "where needle could not see, state outside Python objects?)")
                 self._run_plainly(f"its first replay{'' if first else ' with new numpy argument values'} "
-                                  f"differed from a plain call in {difference}: the step depends on something needle "
-                                  "does not follow (numpy computing from an argument where needle could not see, "
-                                  "state outside Python objects?)")
+                                  f"differed from a plain call in {difference}: {cause}")
                 return result
         else:
             result = step.replay(call)
@@ -487,6 +490,9 @@ def _close(result, world, call) -> None:
 
 def _host_effects(recorder, tracer, world, rng, py_rng):
     """Why a replay could not repeat the call, or None."""
+    if recorder.host_effects:
+        what, line = recorder.host_effects[0]
+        return f"the step {what} at {line}"
     if tracer.effects:
         what, line = tracer.effects[0]
         return f"the step calls {what} at {line}"

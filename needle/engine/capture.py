@@ -113,6 +113,7 @@ class Recorder:
         self.refused = []      # the JitErrors raised for values read (the step may catch them)
         self.constants = {}    # id -> host array needle's own code made a Tensor from (see `host_array`)
         self.quiet_hook = None  # the profile hook the engine's own work runs under (`unwatched`)
+        self.host_effects = []  # (what, user line): reasons a replay cannot repeat the call
 
     def read_state(self, tensor, data) -> None:
         for x in (data if isinstance(data, tuple) else (data,)):
@@ -288,6 +289,14 @@ def host_read(what: str, frame=None) -> None:
                          "be captured. Return the tensor and read it after the call (or use NEEDLE_JIT=0).")
         r.refused.append(error)  # (raised again after the call if the step catches it)
         raise error
+
+
+def host_effect(what: str) -> None:
+    """Note that the call being captured did `what`, which a replay cannot repeat: the
+    function then runs plainly, with a warning naming the user's line."""
+    r = current()
+    if r is not None:
+        r.host_effects.append((what, user_line(sys._getframe(1))))
 
 
 def reading_from_user_code() -> bool:

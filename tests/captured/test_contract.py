@@ -659,6 +659,69 @@ def test_an_installed_packages_global_the_step_reads_through_it_is_a_guard(tmp_p
         code.is_package_code.cache_clear()
 
 
+def test_a_numpy_boolean_mask_argument_runs_plainly_and_says_so():
+    """Its values decide the selection's shape, which a replay could not: the step runs
+    plainly with a warning (every call after the first had raised a JitError that spoke of
+    reading a tensor's value)."""
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y, mask):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x[mask]), y[mask])
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        masks = [np.array(m, bool) for m in ([1, 1, 0, 1], [0, 1, 1, 1], [1, 0, 0, 1], [1, 1, 1, 1])]
+        return [f(*map(T, batch(i)), masks[i % 4]) for i in range(6)] + model.parameters()
+    both(run, warns="boolean mask from a numpy argument")
+
+
+def test_dict_keys_the_step_deletes_are_deleted_by_replays():
+    """Gradients accumulated into a dict over micro-batches, cleared by the step that
+    applies them: the deletions replay (they had made it run plainly, naming an `object`)."""
+    def run(jit):
+        model, acc = small(), {}
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y, last):
+            loss = nn.SoftmaxLoss()(model(x), y)
+            loss.backward()
+            for i, p in enumerate(model.parameters()):
+                acc[i] = p.grad.detach()
+            if last:
+                opt.step()
+                opt.reset_grad()
+                acc.clear()
+            return loss
+        f = jit(step)
+        out = [f(*map(T, batch(i)), i % 2 == 1) for i in range(10)]
+        return out + model.parameters() + [sorted(acc)]
+    both(run, replays=4)
+
+
+def test_a_hidden_state_passed_back_with_its_graph_names_the_argument():
+    model = nn.RNNCell(6, 5)
+    opt = optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, h):
+        opt.reset_grad()
+        h = model(x, h)
+        h.sum().backward()
+        opt.step()
+        return h
+    f = ndl.jit(step)
+    h = T(np.zeros((4, 5)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(4):
+            h = f(T(batch(i)[0]), h)
+    said = [str(w.message) for w in caught if "needle.jit" in str(w.message)]
+    assert any("tensor argument 1 carries the graph of earlier calls" in s and "detach()" in s for s in said), said
+
+
 def test_an_array_array_the_step_appends_to_runs_plainly_and_says_so():
     import array
 
