@@ -134,6 +134,25 @@ def test_gelu_gradient_matches_finite_differences():
     np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_at_zero_has_its_second_derivative_and_near_the_float_max_is_x(approximate):
+    """gelu''(0) = sqrt(2/pi) (both forms) and erf'(0) = 2/sqrt(pi): exact zeros are common
+    inputs (padding, relu outputs); erf had built |x| with abs, whose derivative at 0 is 0.
+    Near the float max gelu(x) = x (it had overflowed to inf)."""
+    x = ndl.Tensor(np.array([0.0, -1e-3, 1e-3], dtype="float32"), requires_grad=True)
+    F.gelu(x, approximate=approximate).sum().backward()
+    first = x.grad
+    x.grad = None
+    first.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy()[0], math.sqrt(2 / math.pi), rtol=1e-3)
+    np.testing.assert_allclose(x.grad.numpy()[0], x.grad.numpy()[1:].mean(), rtol=1e-3)
+    z = ndl.Tensor(np.zeros(1, "float32"), requires_grad=True)
+    F.erf(z).sum().backward()
+    np.testing.assert_allclose(z.grad.numpy(), [2 / math.sqrt(math.pi)], rtol=1e-4)
+    big = np.array([1e30, 2e38, 3.4e38], dtype="float32")
+    np.testing.assert_array_equal(F.gelu(T(big), approximate=approximate).numpy(), big)
+
+
 def test_adamw_decouples_weight_decay_as_torch():
     p0, g = RNG.standard_normal(5), RNG.standard_normal(5)
     lr, wd, b1, b2, eps = 0.01, 0.1, 0.9, 0.999, 1e-8

@@ -34,21 +34,23 @@ def sigmoid(x: Tensor) -> Tensor:
 
 
 def erf(x: Tensor) -> Tensor:
-    a = x.abs()
+    # |x| as x times its sign, a constant: its derivative at 0 is 1, where abs's is 0 (erf'(0)
+    # and gelu''(0) came out 0)
+    sign = (x >= 0) * 2.0 - 1.0
+    a = x * sign
     t = 1.0 / (a * _P + 1.0)
     poly = t * (_A[0] + t * (_A[1] + t * (_A[2] + t * (_A[3] + t * _A[4]))))
-    magnitude = 1.0 - poly * ops.exp(-(a * a))
-    return ops.where(x >= 0, magnitude, -magnitude)
+    return (1.0 - poly * ops.exp(-(a * a))) * sign
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     """x * Phi(x) (torch's default), or its tanh approximation (`approximate="tanh"`)."""
     if approximate == "tanh":
         inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
-        return x * (ops.tanh(inner) + 1.0) * 0.5
+        return x * ((ops.tanh(inner) + 1.0) * 0.5)  # (halved first: x * 2 overflows near the float max)
     if approximate != "none":
         raise ArgumentError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return x * (erf(x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
+    return x * ((erf(x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5)
 
 
 def log_softmax(x: Tensor, dim: int = -1) -> Tensor:

@@ -333,19 +333,21 @@ def index(a: Tensor, idxs) -> Tensor:
     if len(items) == 1 and is_mask(items[0]) and _host_mask(items[0]).ndim == 0:  # (numpy: a new axis of
         return index(reshape(a, (1,) + tuple(a.shape)), (_host_mask(items[0]).reshape(1),))  # 1 or 0 items)
     entries = _expand(a.shape, items, "getitem")
-    basic, arrays, positions, where = [], [], [], []
+    basic, arrays, positions = [], [], []
     out_axis = 0
-    for k, e in enumerate(entries):
+    for e in entries:
         if isinstance(e, tuple):
             basic.append(slice(None))
             arrays.append((e[1], a.shape[e[2]]))
             positions.append(out_axis)
-            where.append(k)
         else:
             basic.append(e)
         out_axis += 1
     b = a if all(isinstance(e, slice) and e == slice(None) for e in basic) else getitem(a, tuple(basic))
-    adjacent = where == list(range(where[0], where[0] + len(where)))
+    # (numpy's rule reads the index as written: a slice, None or an ellipsis between two
+    # advanced indices separates them, an ellipsis that stands for no axis too)
+    advanced = [k for k, i in enumerate(items) if not (i is None or i is Ellipsis or isinstance(i, slice))]
+    adjacent = advanced == list(range(advanced[0], advanced[0] + len(advanced)))
     if adjacent:
         axis = positions[0]
     else:  # numpy puts the broadcast index dims first

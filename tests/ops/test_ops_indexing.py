@@ -25,6 +25,10 @@ READ_CASES = [
     (slice(None), A[0] > 10),                # a 2-d mask over axes 1 and 2
     (A > 30,),
     (np.array([], dtype=np.int64),),
+    ([1, 0], slice(None), Ellipsis, [4, 2]),  # an ellipsis of no axes separates arrays too (numpy)
+    (slice(0, 2), 0, Ellipsis, [4, 2]),
+    (slice(0, 0), [1, 0], Ellipsis, [4, 2]),  # (empty: the shape shows where the dims went)
+    ([2, 1], Ellipsis, [0, 3], [4, 2]),
 ]
 IDS = [str(i) for i in range(len(READ_CASES))]
 
