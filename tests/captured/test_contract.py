@@ -517,22 +517,7 @@ def test_a_step_reading_the_host_through_os_or_a_database_runs_plainly_and_says_
         env["db"].execute("create table s (v real)")
         env["db"].execute("insert into s values (1.0)")
         monkeypatch.delenv("NEEDLE_TEST_SCALE", raising=False)
-        model = small()
-        opt = optim.SGD(model.parameters(), lr=0.1)
-
-        def step(x, y):
-            opt.reset_grad()
-            loss = nn.SoftmaxLoss()(model(x), y) * read(env)
-            loss.backward()
-            opt.step()
-            return loss
-        f = jit(step)
-        out = []
-        for i in range(8):
-            if i == 4:
-                change(env)
-            out.append(f(*map(T, batch(i))))
-        return out + model.parameters()
+        return _scale_changed_at_call_5(jit, lambda: read(env), lambda: change(env))
     both(run, warns=r"the step calls ([\w.]+\(\)|a read of os\.environ)")
 
 
