@@ -211,9 +211,6 @@ class LocalArray:
     dtype: str
     size: int
     scope: str = "register"   # register | shared
-    #: a matmul's accumulator tile: its updates `acc[i] = acc[i] + a*b` may become fmas (the
-    #: same kernel computes that matmul in every mode); any other product is rounded
-    fma: bool = False
 
 
 @dataclass
@@ -369,7 +366,7 @@ def _print_body(body, lines, depth, code_only=False) -> None:
             guard = f"if {expr_str(s.valid)}: " if s.valid is not None else ""
             lines.append(f"{pad}{guard}{s.buf}[{expr_str(s.index)}] = {expr_str(s.value)}")
         elif isinstance(s, LocalArray):
-            lines.append(f"{pad}{s.scope} {s.name}: {s.dtype}[{s.size}]{' (fma)' if s.fma else ''}")
+            lines.append(f"{pad}{s.scope} {s.name}: {s.dtype}[{s.size}]")
         elif isinstance(s, If):
             lines.append(f"{pad}if {expr_str(s.cond)}:")
             _print_body(s.body, lines, depth + 1, code_only)

@@ -79,9 +79,6 @@ class _Renderer(Statements, Expressions, ValueHelpers, VectorLoops):
         self.vector_vars = set()  # lets bound to vector values
         self.trips = [1]    # per LLVM loop being rendered: most trips of the loops inside it
         self.transcendental = False  # whether the loop being rendered computes one (vecmath)
-        self.contracting = False  # whether products may become fmas (under a tile's accumulate: llvm_exprs)
-        self.accumulation = None  # the add of `acc[i] = acc[i] + x` being stored (llvm_statements._s_Store)
-        self.fma_locals = set()  # local arrays that are matmul tiles (LocalArray.fma)
         self.loop_ids = {}  # see _loop_id
 
     # ---- functions ------------------------------------------------------------------------

@@ -107,14 +107,9 @@ class Expressions:
         raise ValueError(f"LLVM renderer: unknown unary op {op}")
 
     def _e_Binary(self, e: K.Binary):
-        # acc[i] + a*b stored back into acc[i], a local accumulator (a matmul tile's: see
-        # `accumulation`) may become an fma: the products under it are rendered contractable
-        accumulate = e is self.accumulation
-        outer, self.contracting = self.contracting, self.contracting or accumulate
-        try:
-            a, b_ = self._unify(self.expr(e.a), self.expr(e.b))
-        finally:
-            self.contracting = outer
+        a, b_ = self._unify(self.expr(e.a), self.expr(e.b))
+        # acc + a*b into a local accumulator (the matmul micro-kernel's tile) may become an fma
+        accumulate = e.op == "add" and any(isinstance(x, K.Load) and x.buf in self.locals for x in (e.a, e.b))
         return self._binary(e.op, a, b_, e.a.dtype if e.op in K.COMPARE else e.dtype, accumulate)
 
     def _binary(self, op, a, b_, dtype, accumulate=False):
@@ -129,16 +124,13 @@ class Expressions:
                 return self._pow(a, b_, dtype)
             if op in ("max", "min"):
                 return self._call_intrinsic("llvm.maximum" if op == "max" else "llvm.minimum", dtype, [a, b_])
-            # A product may be contracted (fma) only into a matmul tile's accumulator (an add
-            # into a local accumulator array: the same kernel computes that matmul in every
-            # mode).  Any other a*b is rounded as every other place that computes it does:
-            # softmax and logsumexp compute x*c - max(x*c) after a max stage that rounded
-            # x*c, and as fma(x, c, -max) the largest element gave the unrounded residual
-            # instead of 0 (exp of it inf for |x*c| ~ 1e10); a sum of x*c fused with its
-            # reduction (a variance's mean, in lazy mode) summed unrounded products, where
-            # the eager kernel and numpy sum rounded ones: constant rows had a variance > 0.
-            contract = (op == "mul" and self.contracting) or (accumulate and op == "add")
-            flags = ("contract",) if contract else ()
+            # A product may be contracted (fma) only into an accumulation: a reduction's
+            # acc + x (its fadd carries SUM_FLAGS) or an add into a local accumulator array.
+            # An elementwise a*b - c must round a*b exactly as every other place that
+            # computes a*b does: softmax and logsumexp compute x*c - max(x*c) after a max
+            # stage that rounded x*c; as fma(x, c, -max) the largest element gave the
+            # unrounded residual instead of 0, and exp(residual) is inf for |x*c| ~ 1e10.
+            flags = ("contract",) if op == "mul" or (accumulate and op == "add") else ()
             return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op](a, b_, flags=flags)
         signed = dtype not in ("uint8", "bool")
         cmp = b.icmp_signed if signed else b.icmp_unsigned

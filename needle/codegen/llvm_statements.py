@@ -171,22 +171,8 @@ class Statements:
             slot.align = 64
             slot.type = PTR  # opaque (as LLVM prints it), so vector and scalar accesses type-check
         self.locals[s.name] = (slot, s.dtype)
-        if s.fma:
-            self.fma_locals.add(s.name)
 
     def _s_Store(self, s: K.Store) -> None:
-        e = s.value
-        if s.buf in self.fma_locals and isinstance(e, K.Binary) and e.op == "add" and any(
-                isinstance(x, K.Load) and x.buf == s.buf and x.index == s.index for x in (e.a, e.b)):
-            self.accumulation = e  # (a matmul tile's update: its product may become an fma)
-            try:
-                self._store_value(s)
-            finally:
-                self.accumulation = None
-            return
-        self._store_value(s)
-
-    def _store_value(self, s: K.Store) -> None:
         if self.vector is not None and self._depends(s, self.vector[0]):
             return self._vector_store(s)
         if s.buf in self.locals:

@@ -277,7 +277,7 @@ def matmul(low) -> K.Kernel:
             K.Let("n0", K.Binary("mul", K.Binary("imod", t, K.Const(tiles_n), K.INDEX), K.Const(BN), K.INDEX)),
             zero, k_loop, write]
     body = [K.LocalArray("As", dtype, BK * BM, "shared"), K.LocalArray("Bs", dtype, BK * BN, "shared"),
-            K.LocalArray("acc", dtype, TM * TN, fma=True), K.LocalArray("ra", dtype, TM), K.LocalArray("rb", dtype, TN),
+            K.LocalArray("acc", dtype, TM * TN), K.LocalArray("ra", dtype, TM), K.LocalArray("rb", dtype, TN),
             K.Let("tx", K.Binary("imod", TID, K.Const(TX), K.INDEX)),
             K.Let("ty", K.Binary("idiv", TID, K.Const(TX), K.INDEX)),
             K.Loop("q", BT * per_batch, tile, "block")]

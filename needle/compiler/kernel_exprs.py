@@ -189,7 +189,7 @@ def substitute_statement(s, values: dict, renamed: dict, memo: dict):
     if isinstance(s, K.Store):
         return K.Store(renamed.get(s.buf, s.buf), sub(s.index), sub(s.value), sub(s.valid))
     if isinstance(s, K.LocalArray):
-        return K.LocalArray(renamed.get(s.name, s.name), s.dtype, s.size, s.scope, s.fma)
+        return K.LocalArray(renamed.get(s.name, s.name), s.dtype, s.size, s.scope)
     return s
 
 

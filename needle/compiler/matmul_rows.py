@@ -169,7 +169,7 @@ def kernel(low: Lowering, target, transposed: bool = False) -> K.Kernel:
         store = [K.Let("sum", K.Load("acc", acc_at(i), dtype))] + epilogue_stores(low, out, at, bt, row, col)
         return body + [K.Loop("i", rows, [K.Loop("c", width, store)])]
 
-    body = [K.LocalArray("acc", dtype, rows * CW, fma=True), K.Let("j0", j0)]
+    body = [K.LocalArray("acc", dtype, rows * CW), K.Let("j0", j0)]
     if cols % CW == 0:  # every chunk whole: loops of a constant width
         body += over_chunk(CW)
     else:  # the last chunk narrower

@@ -251,7 +251,7 @@ class Tiling:
             multiply = [K.If(K.Unary("not", last, "bool"), multiply), K.If(last, k_loop(ragged_b, width))]
         zero = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("acc", acc_at, K.Const(0, dtype))], "vector")], "unroll")
         spill = K.Loop("r", MR, [K.Loop("c", NR, [K.Store("tile", acc_at, acc)], "vector")], "unroll")
-        tile = [K.LocalArray("acc", dtype, MR * NR, fma=True), zero,
+        tile = [K.LocalArray("acc", dtype, MR * NR), zero,
                 K.Let("pa", self.block_at(pc, ib, [(ipo, MR * (PK if self.window or self.a_rows else 1))])
                       if self.window or self.window_t or self.a_rows else
                       K.affine([(bt, self.KB * self.MP * PK * MR), (pc, self.MP * PK * MR), (ip, PK * MR)])),
