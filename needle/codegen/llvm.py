@@ -80,6 +80,7 @@ class _Renderer(Statements, Expressions, ValueHelpers, VectorLoops):
         self.trips = [1]    # per LLVM loop being rendered: most trips of the loops inside it
         self.transcendental = False  # whether the loop being rendered computes one (vecmath)
         self.loop_ids = {}  # see _loop_id
+        self.accumulation = None  # the add of `acc[i] = acc[i] + x` being stored (llvm_statements._s_Store)
 
     # ---- functions ------------------------------------------------------------------------
     def emit(self) -> None:

@@ -108,8 +108,10 @@ class Expressions:
 
     def _e_Binary(self, e: K.Binary):
         a, b_ = self._unify(self.expr(e.a), self.expr(e.b))
-        # acc + a*b into a local accumulator (the matmul micro-kernel's tile) may become an fma
-        accumulate = e.op == "add" and any(isinstance(x, K.Load) and x.buf in self.locals for x in (e.a, e.b))
+        # acc[i] + a*b stored back into acc[i], a local accumulator (a matmul tile's, a column
+        # reduction's row) may become an fma; not an add that reads a local array otherwise (a
+        # column of -mean hoisted out of the loop: x*x - mean must round x*x, see below)
+        accumulate = e is self.accumulation
         return self._binary(e.op, a, b_, e.a.dtype if e.op in K.COMPARE else e.dtype, accumulate)
 
     def _binary(self, op, a, b_, dtype, accumulate=False):
@@ -125,7 +127,7 @@ class Expressions:
             if op in ("max", "min"):
                 return self._call_intrinsic("llvm.maximum" if op == "max" else "llvm.minimum", dtype, [a, b_])
             # A product may be contracted (fma) only into an accumulation: a reduction's
-            # acc + x (its fadd carries SUM_FLAGS) or an add into a local accumulator array.
+            # acc + x (its fadd carries SUM_FLAGS) or an update of a local accumulator array.
             # An elementwise a*b - c must round a*b exactly as every other place that
             # computes a*b does: softmax and logsumexp compute x*c - max(x*c) after a max
             # stage that rounded x*c; as fma(x, c, -max) the largest element gave the

@@ -173,6 +173,18 @@ class Statements:
         self.locals[s.name] = (slot, s.dtype)
 
     def _s_Store(self, s: K.Store) -> None:
+        e = s.value
+        if s.buf in self.locals and isinstance(e, K.Binary) and e.op == "add" and any(
+                isinstance(x, K.Load) and x.buf == s.buf and x.index == s.index for x in (e.a, e.b)):
+            self.accumulation = e  # (an accumulator's update: its product may become an fma)
+            try:
+                self._store_value(s)
+            finally:
+                self.accumulation = None
+            return
+        self._store_value(s)
+
+    def _store_value(self, s: K.Store) -> None:
         if self.vector is not None and self._depends(s, self.vector[0]):
             return self._vector_store(s)
         if s.buf in self.locals:

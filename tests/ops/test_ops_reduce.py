@@ -265,3 +265,20 @@ def test_max_gradient_after_the_forward_was_read_is_finite_and_right(lazy, devic
         want[idx] = (_bn_max_sum(up) - _bn_max_sum(down)) / (2 * eps)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("backward_first", [False, True])
+def test_a_centring_by_a_hoisted_mean_rounds_the_square_first(device, backward_first):
+    """x*x - mean with the mean hoisted into a local column (a column reduction fused with
+    its gradient) rounds x*x as every other kernel does: an overflowed square gives
+    inf - inf = nan, as numpy, not the fma's inf (found by an independent fuzz).  (A sum of
+    products may still be an fma chain: that keeps a matmul's reduction and tile lowerings
+    alike.)"""
+    z = np.ones((16, 4), np.float32)
+    z[0, 2] = 1e30
+    t = ndl.Tensor(z, device=device, requires_grad=True)
+    y = (t * t).transpose().var(axes=(0,))
+    if backward_first:
+        y.sum().backward()
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(y.numpy(), (z * z).T.var(axis=0).astype(np.float32))
