@@ -96,7 +96,8 @@ class Tracer:
             owner = getattr(arg, "__self__", None)
             if arg in _DYNAMIC_LOOKUPS:
                 self._looks_up_names(frame)
-            elif isinstance(owner, (np.random.Generator, np.random.RandomState)) and owner is not np.random.mtrand._rand:
+            elif isinstance(owner, (np.random.Generator, np.random.RandomState)) \
+                    and owner is not np.random.mtrand._rand:
                 self.note(f"a random generator other than numpy's global one ({arg.__qualname__})", frame)
             elif arg in _HOST_BUILTINS or getattr(owner, "__name__", None) in _HOST_MODULES:
                 self.note(f"{getattr(arg, '__qualname__', arg)}()", frame)
