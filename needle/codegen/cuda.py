@@ -222,6 +222,10 @@ class _Renderer:
             return f"nd_{op}({a}, {b})"
         if op == "pow":  # the lowering already wrote x ** c for the easy constants (kernel_exprs.power)
             return f"pow{'f' if dtype == 'float32' else ''}({a}, {b})"
+        if op == "mul" and not e.contract and dtype in ("float32", "float64"):
+            # (rounded as numpy rounds it: nvcc contracts a * b + c into an fma, which only a
+            # matmul's product may become, see kernel_ir.Binary.contract)
+            return f"__dmul_rn({a}, {b})" if dtype == "float64" else f"__fmul_rn({a}, {b})"
         sym = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "eq": "==",
                "ne": "!=", "and": "&&", "or": "||", "idiv": "/", "imod": "%"}.get(op)
         if sym is None:

@@ -81,6 +81,10 @@ class Binary:
     a: object
     b: object
     dtype: str
+    #: a matmul's product a[i, k] * b[k, j] (printed `*c`): it may be contracted into an fma
+    #: with the sum it feeds, which every lowering of a matmul does alike.  Any other product
+    #: is rounded, as the eager kernel and numpy round it before summing it.
+    contract: bool = False
 
 
 @dataclass(frozen=True)
@@ -330,7 +334,7 @@ def expr_str(e) -> str:
         return f"{e.op}({expr_str(e.x)})"
     if isinstance(e, Binary):
         if e.op in _BIN_SYM:
-            return f"({expr_str(e.a)} {_BIN_SYM[e.op]} {expr_str(e.b)})"
+            return f"({expr_str(e.a)} {_BIN_SYM[e.op]}{'c' if e.contract else ''} {expr_str(e.b)})"
         return f"{e.op}({expr_str(e.a)}, {expr_str(e.b)})"
     if isinstance(e, Where):
         return f"({expr_str(e.cond)} ? {expr_str(e.a)} : {expr_str(e.b)})"

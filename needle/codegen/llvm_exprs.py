@@ -112,9 +112,9 @@ class Expressions:
         # reduction's row) may become an fma; not an add that reads a local array otherwise (a
         # column of -mean hoisted out of the loop: x*x - mean must round x*x, see below)
         accumulate = e is self.accumulation
-        return self._binary(e.op, a, b_, e.a.dtype if e.op in K.COMPARE else e.dtype, accumulate)
+        return self._binary(e.op, a, b_, e.a.dtype if e.op in K.COMPARE else e.dtype, accumulate, e.contract)
 
-    def _binary(self, op, a, b_, dtype, accumulate=False):
+    def _binary(self, op, a, b_, dtype, accumulate=False, contract=False):
         b = self.b
         if op in ("and", "or"):
             return b.and_(a, b_) if op == "and" else b.or_(a, b_)
@@ -126,13 +126,14 @@ class Expressions:
                 return self._pow(a, b_, dtype)
             if op in ("max", "min"):
                 return self._call_intrinsic("llvm.maximum" if op == "max" else "llvm.minimum", dtype, [a, b_])
-            # A product may be contracted (fma) only into an accumulation: a reduction's
-            # acc + x (its fadd carries SUM_FLAGS) or an update of a local accumulator array.
-            # An elementwise a*b - c must round a*b exactly as every other place that
-            # computes a*b does: softmax and logsumexp compute x*c - max(x*c) after a max
-            # stage that rounded x*c; as fma(x, c, -max) the largest element gave the
-            # unrounded residual instead of 0, and exp(residual) is inf for |x*c| ~ 1e10.
-            flags = ("contract",) if op == "mul" or (accumulate and op == "add") else ()
+            # Only a matmul's product (Binary.contract) may be contracted into an fma, and
+            # only into an accumulation: a reduction's acc + x (its fadd carries SUM_FLAGS)
+            # or an update of a local accumulator array.  Every other a*b is rounded as the
+            # eager kernel and numpy round it: the sum of x*c fused into its reduction had
+            # been an fma chain (constant rows of x*c got a variance of 3e5, not 0), and
+            # x*c - max(x*c) as fma(x, c, -max) gave the largest element the unrounded
+            # residual instead of 0 (exp(residual) is inf for |x*c| ~ 1e10).
+            flags = ("contract",) if (op == "mul" and contract) or (accumulate and op == "add") else ()
             return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op](a, b_, flags=flags)
         signed = dtype not in ("uint8", "bool")
         cmp = b.icmp_signed if signed else b.icmp_unsigned

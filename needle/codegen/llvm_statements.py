@@ -148,21 +148,26 @@ class Statements:
         slot, dtype = self.mutable[s.var]
         e = s.expr
         if isinstance(e, K.Binary) and e.a == K.Var(s.var, dtype) and e.op in ("add", "max"):
-            value = self._reduce_step(e.op, self.b.load(slot, typ=TYPES[dtype]), self.expr(e.b), dtype)
+            in_order = isinstance(e.b, K.Binary) and e.b.contract  # (a matmul's dot product, see _reduce_step)
+            value = self._reduce_step(e.op, self.b.load(slot, typ=TYPES[dtype]), self.expr(e.b), dtype, in_order)
         else:
             value = self.expr(e)
         self.b.store(value, slot)
         self.scopes[-1].clear()  # values read from the slot before the store are stale
 
-    def _reduce_step(self, op, acc, x, dtype):
-        """acc = acc op x, marked reassociable so the reduction loop vectorizes."""
+    def _reduce_step(self, op, acc, x, dtype, in_order=False):
+        """acc = acc op x, marked reassociable so the reduction loop vectorizes; `in_order`
+        (a matmul's dot product: a chain of fmas, k = 0, 1, ...) not: the order is then
+        the one every lowering of a matmul sums in, whatever else the kernel computes
+        (LLVM vectorizes a reassociable sum by the loop's body, so its last bits would
+        depend on what was fused with it)."""
         if not is_float(dtype):
             return self._binary(op, acc, x, dtype)
         if op == "add":
             # reassoc (so the loop vectorizes) but not nsz: reassoc with nsz also lets LLVM
             # factor a*b + a*c into a*(b + c), which turns (-0 * -inf) + (-inf * -1e30) = nan
             # into -inf * -1e30 = inf (a batched x @ x reads the same element twice)
-            return self.b.fadd(acc, x, flags=SUM_FLAGS)
+            return self.b.fadd(acc, x, flags=("contract",) if in_order else SUM_FLAGS)
         return self._call_intrinsic("llvm.maximum", dtype, [acc, x], fastmath=FAST)
 
     def _s_LocalArray(self, s: K.LocalArray) -> None:

@@ -150,5 +150,5 @@ def _substitute(e, var, value):
     if isinstance(e, K.Var):
         return value if e.name == var else e
     if isinstance(e, K.Binary) and e.op in ("add", "sub", "mul"):
-        return K.Binary(e.op, _substitute(e.a, var, value), _substitute(e.b, var, value), e.dtype)
+        return K.Binary(e.op, _substitute(e.a, var, value), _substitute(e.b, var, value), e.dtype, e.contract)
     return e

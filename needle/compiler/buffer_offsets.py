@@ -121,7 +121,7 @@ class _Rewrite:
             new = e if index is e.index and valid is e.valid else K.Load(e.buf, index, e.dtype, valid)
         elif isinstance(e, K.Binary):
             a, b = x(e.a), x(e.b)
-            new = e if a is e.a and b is e.b else K.Binary(e.op, a, b, e.dtype)
+            new = e if a is e.a and b is e.b else K.Binary(e.op, a, b, e.dtype, e.contract)
         elif isinstance(e, K.Where):
             cond, a, b = x(e.cond), x(e.a), x(e.b)
             new = e if cond is e.cond and a is e.a and b is e.b else K.Where(cond, a, b, e.dtype)

@@ -135,7 +135,7 @@ def _rebuilt(e, new: tuple):
     if isinstance(e, K.Where):
         return K.Where(*new, e.dtype)
     if isinstance(e, K.Binary):
-        return K.Binary(e.op, *new, e.dtype)
+        return K.Binary(e.op, *new, e.dtype, e.contract)
     if isinstance(e, K.Unary):
         return K.Unary(e.op, new[0], e.dtype)
     return K.Cast(new[0], e.dtype)
@@ -206,7 +206,7 @@ def replace(e, part, new):
     if isinstance(e, K.Cast):
         return K.Cast(replace(e.x, part, new), e.dtype)
     if isinstance(e, K.Binary):
-        return K.Binary(e.op, replace(e.a, part, new), replace(e.b, part, new), e.dtype)
+        return K.Binary(e.op, replace(e.a, part, new), replace(e.b, part, new), e.dtype, e.contract)
     if isinstance(e, K.Where):
         return K.Where(replace(e.cond, part, new), replace(e.a, part, new), replace(e.b, part, new), e.dtype)
     return e

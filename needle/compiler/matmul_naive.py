@@ -28,7 +28,7 @@ def naive(low: Lowering, jam: bool = False) -> K.Kernel:
     kk = K.Var("kk")
     acc = "acc"
     body = [K.Declare(acc, m.dtype, K.Const(0, m.dtype))]
-    prod = K.Binary("mul", low.gen(a, tuple(idx) + (i, kk)), low.gen(b, tuple(idx) + (kk, j)), m.dtype)
+    prod = K.Binary("mul", low.gen(a, tuple(idx) + (i, kk)), low.gen(b, tuple(idx) + (kk, j)), m.dtype, contract=True)
     body.append(K.Loop("kk", a.shape[-1], [K.Assign(acc, K.Binary("add", K.Var(acc, m.dtype), prod, m.dtype))]))
     low.matmul_value = K.Var(acc, m.dtype)
     flat_batch = K.affine([(b, math.prod(batch[d + 1:])) for d, b in enumerate(idx)])

@@ -133,8 +133,8 @@ def kernel(low: Lowering, target, transposed: bool = False) -> K.Kernel:
 
     def product(i, k):  # the row operand at (i, k) times the streamed one at (k, j)
         if transposed:
-            return K.Binary("mul", low.gen(b, bidx + (k, i)), low.gen(a, bidx + (j, k)), dtype)
-        return K.Binary("mul", low.gen(a, bidx + (i, k)), low.gen(b, bidx + (k, j)), dtype)
+            return K.Binary("mul", low.gen(b, bidx + (k, i)), low.gen(a, bidx + (j, k)), dtype, contract=True)
+        return K.Binary("mul", low.gen(a, bidx + (i, k)), low.gen(b, bidx + (k, j)), dtype, contract=True)
 
     def acc_at(i):
         return K.affine([(i, CW), (c, 1)])

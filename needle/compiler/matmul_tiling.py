@@ -234,7 +234,7 @@ class Tiling:
             a_value = K.Load(ap, K.affine([(a_base, 1), (kk, MR), (r, 1)]), dtype)
 
         def k_loop(b_value, width=NR):
-            update = K.Binary("add", acc, K.Binary("mul", K.Var("a_r", dtype), b_value, dtype), dtype)
+            update = K.Binary("add", acc, K.Binary("mul", K.Var("a_r", dtype), b_value, dtype, contract=True), dtype)
 
             def rows(a_value):
                 return K.Loop("r", MR, [K.Let("a_r", a_value),

@@ -268,17 +268,26 @@ def test_max_gradient_after_the_forward_was_read_is_finite_and_right(lazy, devic
 
 
 @pytest.mark.parametrize("backward_first", [False, True])
-def test_a_centring_by_a_hoisted_mean_rounds_the_square_first(device, backward_first):
-    """x*x - mean with the mean hoisted into a local column (a column reduction fused with
-    its gradient) rounds x*x as every other kernel does: an overflowed square gives
-    inf - inf = nan, as numpy, not the fma's inf (found by an independent fuzz).  (A sum of
-    products may still be an fma chain: that keeps a matmul's reduction and tile lowerings
-    alike.)"""
+def test_a_reduction_fused_with_its_gradient_rounds_products_as_unfused(device, backward_first):
+    """A product feeding a sum or a centring is rounded as the eager kernel and numpy round
+    it, whichever kernels the lazy graph fuses (found by an independent fuzz): with the
+    backward built before the value was read, the sum of x*c had been an fma chain
+    (unrounded products: constant rows got a variance of 3e5, not 0) and x*x - mean, with
+    the mean hoisted into a local column, an fma (an overflowed square gave inf, not nan).
+    Only a matmul's products contract, which every lowering of a matmul does alike."""
+    a = np.array([1.1, 2.3, 3.7, 0.3], np.float32)
+    rows, c = np.repeat(a[:, None], 4, axis=1), float(np.float32(1e10 / 3))
     z = np.ones((16, 4), np.float32)
     z[0, 2] = 1e30
-    t = ndl.Tensor(z, device=device, requires_grad=True)
-    y = (t * t).transpose().var(axes=(0,))
-    if backward_first:
-        y.sum().backward()
+    scaled, squared = rows * np.float32(c), (z * z).T
     with np.errstate(all="ignore"):
-        np.testing.assert_array_equal(y.numpy(), (z * z).T.var(axis=0).astype(np.float32))
+        cases = [(rows, lambda t: (t * c).var(axes=(1,)), scaled.var(axis=1)),
+                 (rows, lambda t: (t * c).std(axes=(1,)), scaled.std(axis=1)),
+                 (z, lambda t: (t * t).transpose().var(axes=(0,)), squared.var(axis=0))]
+    for data, f, ref in cases:
+        t = ndl.Tensor(data, device=device, requires_grad=True)
+        y = f(t)
+        if backward_first:
+            y.sum().backward()
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(y.numpy(), ref.astype(np.float32))

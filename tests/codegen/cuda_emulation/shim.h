@@ -175,4 +175,7 @@ inline int launch(const std::function<void()>& body, unsigned grid, unsigned blo
 template <class T> inline T __shfl_xor_sync(unsigned, T v, int mask) { return nd_emu::shfl_xor(v, mask); }
 inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
 inline double __longlong_as_double(long long x) { double d; std::memcpy(&d, &x, 8); return d; }
+// a product rounded on its own (no fma contraction), as CUDA's intrinsics round it
+inline float __fmul_rn(float a, float b) { volatile float p = a * b; return p; }
+inline double __dmul_rn(double a, double b) { volatile double p = a * b; return p; }
 #include <math.h>  // expf, logf, tanhf, sqrtf, powf, fabsf, fmaxf, fminf in the global namespace
