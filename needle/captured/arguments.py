@@ -12,20 +12,22 @@ import numpy as np
 
 from .. import autograd
 from ..autograd import Tensor
+from ..engine.realize import pending_sums
 from .numpy_args import traced
 from .places import SIMPLE, short
 
 class Call:
     """One call's arguments: `flat` (every leaf, in order), `inputs` (the Tensors),
     `arrays` (their realized arrays, then NDArray arguments), `values` (numpy arrays by
-    flat position) and `key` (everything else, and the layouts)."""
+    flat position) and `key` (everything else, and the layouts); `pending`: the inputs
+    that were still pending (computed by `_layout`, before the step)."""
 
     __slots__ = ("flat", "inputs", "arrays", "values", "key", "input_grads", "_positions", "owners", "boxes",
-                 "parts")
+                 "parts", "pending")
 
     def __init__(self, args, kwargs):
         self.values, self.boxes, self.parts = {}, [], []  # (parts: the containers and structures, in order)
-        self._positions = None
+        self._positions, self.pending = None, []
         if not kwargs:
             for a in args:  # (a loop, not a generator: every call)
                 if type(a) is not Tensor or a.__dict__:
@@ -64,6 +66,8 @@ class Call:
         """An input's layout (part of the key), its realized array appended to `arrays`."""
         a = t._cached_data
         if getattr(a, "is_lazy", False):
+            if pending_sums(t):
+                self.pending.append(f"tensor argument {len(self.arrays)}")
             a = t.realize_cached_data()
         if not hasattr(a, "_handle"):
             raise Plain  # (a TensorTuple's data, or the numpy backend)
@@ -103,6 +107,8 @@ class Call:
             return (type(value), *[(k, self._flatten(v)) for k, v in fields.items()])
         self.flat.append(value)
         if isinstance(value, SIMPLE):
+            if isinstance(value, (float, np.floating)) and value == 0:  # (-0.0 == 0.0, but 1 / -0.0 is -inf)
+                return (type(value), value, str(value))
             return (type(value), value)
         return ("O", id(value))  # (an object by identity: the capture keeps it, so the id stays its own)
 

@@ -163,6 +163,8 @@ class JitFunction:
         self._last_key = None
         self.plain = False
         self._results = []  # (weak Tensor returned with a graph, its .grad then)
+        self._told_pending = False
+        self._left = weakref.WeakSet()  # gradients the last capture left pending (see _close)
 
     def __get__(self, obj, objtype=None):
         """@needle.jit on a method: captures per instance (by identity: two instances that
@@ -221,6 +223,7 @@ class JitFunction:
             call = Call(args, kwargs)
         except Plain:
             return self.fn(*args, **kwargs)
+        self._computed_first(call.pending)
         if self.calls == 1:  # the warm-up (optimizers make their state)
             return self._remember(self.fn(*args, **kwargs))
         why, last = None, None
@@ -288,6 +291,8 @@ class JitFunction:
                 return result
         else:
             result = step.replay(call)
+        self._computed_first(step.found_pending)
+        step.found_pending.clear()
         if result is FAILS:  # (bad input data: the plain call raises as it does without needle.jit)
             return self.fn(*args, **kwargs)
         if result is not STALE:
@@ -299,6 +304,23 @@ class JitFunction:
         """From now on (until reset()) every call runs the function, saying why."""
         self.plain = True
         self._warn(f"{why}; it runs without capture from now on (reset() tries again)")
+
+    def _computed_first(self, what: list) -> None:
+        """Say once that values the call reads were still pending when it started (computed
+        outside it: a gradient from a backward() before the call, an argument built by lazy
+        ops): the call computes them first, a plain lazy call computes them in the step's
+        own schedule, and a sum's last bits depend on the kernel that computes it."""
+        if what and not self._told_pending:
+            self._told_pending = True
+            self._warn(f"{', '.join(dict.fromkeys(what))} {'was' if len(what) == 1 else 'were'} still pending when "
+                       "the call started, so it computes them first, where a call without needle.jit computes "
+                       "them together with the step: their sums may round differently in the last bits. Realize "
+                       "them before the call (needle.realize(...) or .realize()) to make the two runs the same")
+
+    def _not_left(self, found) -> list:
+        """The paths of `found` ((Tensor, path) computed before the call) but for what the
+        last capture left pending itself: a plain call leaves them alike."""
+        return [path for t, path in found if t not in self._left]
 
     def _warn(self, what: str) -> None:
         frame, level = sys._getframe(0), 1  # (the warning names the user's line)
@@ -341,7 +363,7 @@ class JitFunction:
             world.add_globals(getattr(fn, "__func__", fn).__globals__, global_names(code))
         for i, x in call.objects():
             world.add(x, f"<argument {i}>")
-        world.settle(_realize_now)
+        self._computed_first(self._not_left(world.settle(_realize_now)))
         with capture.recording(None):  # (what the last call left to compute with the next schedule,
             realize_nodes([])           # state the world may find only while the call runs: not captured)
         return world
@@ -353,20 +375,21 @@ class JitFunction:
                        "runs without capture (calls after the profiler ends are captured)")
             return self.fn(*args, **kwargs)
         world = self._world(call)
-        if world.too_big:
-            self._run_plainly(world.too_big)
+        if world.unguardable:
+            self._run_plainly(world.unguardable)
             return self.fn(*args, **kwargs)
         for t in call.inputs:
             world.initial.setdefault(id(t), realized_array(t))
         rng, py_rng = np.random.get_state(), random.getstate()
         call.watch_attributes()
         recorder = capture.Recorder()
-        tracer = Tracer(world, lambda: world.settle(_realize_now, recorder.created_ids))
+        tracer = Tracer(world, lambda: self._computed_first(self._not_left(world.settle(_realize_now,
+                                                                                    recorder.created_ids))))
         args, kwargs, restore = traced_arguments(call, args, kwargs, tracer)
         try:
             with capture.recording(recorder), tracer, capture.STAMP_SOURCES():
                 result = self.fn(*args, **kwargs)
-                _close(result, world, call)
+                self._left = weakref.WeakSet(_close(result, world, call))
         finally:
             restore()
         if recorder.refused:  # the step caught the error a value read raised and went on
@@ -375,7 +398,7 @@ class JitFunction:
                            f"not do what a plain call does: {recorder.refused[0]} (it runs plainly from now "
                            "on)") from recorder.refused[0]
         world.library_classes()
-        why = world.too_big or _host_effects(recorder, tracer, world, rng, py_rng) or call.changed_containers()
+        why = world.unguardable or _host_effects(recorder, tracer, world, rng, py_rng) or call.changed_containers()
         world.exempt_keys(*_exemptions(recorder, tracer, world))
         world.unguard_grads(recorder.grads_set, {id(t) for t, _ in recorder.readers.values()})
         try:
@@ -390,7 +413,7 @@ class JitFunction:
             if isinstance(now, TracedArray):
                 container[key] = untraced(now, call)
         if why is not None:
-            self._run_plainly(why if why == world.too_big else f"{why}, which a replay cannot repeat")
+            self._run_plainly(why if why == world.unguardable else f"{why}, which a replay cannot repeat")
             return result
         self._remember(result)
         if call.values and sum(v.nbytes for v in call.values.values()) <= FIRST_VALUES_BYTES:
@@ -486,6 +509,7 @@ def _close(result, world, call) -> None:
     for t in list(world.holders) + call.inputs:  # (the realized buffers, not their lazy nodes)
         if getattr(t._cached_data, "is_lazy", False):
             t.realize_cached_data()
+    return [t.grad for t in tensors_in(made) if isinstance(t.grad, Tensor) and _pending(t.grad)]
 
 
 def _host_effects(recorder, tracer, world, rng, py_rng):
@@ -496,6 +520,9 @@ def _host_effects(recorder, tracer, world, rng, py_rng):
     if tracer.effects:
         what, line = tracer.effects[0]
         return f"the step calls {what} at {line}"
+    written = world.big_array_changed()  # (a replay would not write it again)
+    if written is not None:
+        return f"the step writes the numpy array at {written[1]}, too big to guard by its values"
     after = np.random.get_state()
     np.random.set_state(rng)  # (needle's own draws, made again, must account for every use)
     for fn, args, kwargs, _ in recorder.draws:

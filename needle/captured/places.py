@@ -4,6 +4,7 @@ tuple (Slot) — and how two values a capture saw are compared and named."""
 from __future__ import annotations
 
 import collections
+import mmap
 import random
 import types
 import weakref
@@ -73,7 +74,16 @@ def reader(obj):
         return obj
     if hasattr(obj, "get") and hasattr(obj, "set"):  # (a ContextVar)
         return lambda: obj.get(MISSING)
+    if isinstance(obj, (memoryview, mmap.mmap)):  # (a copy of its bytes: a view would keep it from closing)
+        return lambda: _bytes_now(obj)
     return lambda: obj.value
+
+
+def _bytes_now(buffer):
+    try:
+        return buffer[:].tobytes() if isinstance(buffer, memoryview) else buffer[:]
+    except ValueError:  # (released or closed since)
+        return MISSING
 
 
 def bound_object(value):

@@ -23,6 +23,7 @@ import collections
 from operator import attrgetter, is_
 
 from ..autograd import Tensor
+from ..engine.realize import pending_sums
 from . import world_guards
 from .places import ALL, MISSING, GradOf, Slot, where_of
 from .records import (CONST, DRAW, OUT, REPLAYED, SRC, host_values, host_run, layout, place_in_pool, realized_array,
@@ -63,6 +64,7 @@ class CapturedStep:
         self.writes = [w for w in writes if not (w[0] == "data" and w[1][0] == "source" and w[2][1][1] is None)]
         self.state = [k for k, s in enumerate(sources) if s.kind in ("slot", "object")]
         self.fresh = [(k, s) for k, s in enumerate(sources) if s.kind in ("input", "array")]
+        self.found_pending = []  # state found pending by `_find` (see JitFunction._computed_first)
         #: (arrays, state Tensors, their arrays, every source's Tensor) as the last replay left
         #: them: while the world holds and those Tensors hold those arrays, `resolve` is a look
         self.expected = None
@@ -136,6 +138,8 @@ class CapturedStep:
                 t = source.where.get() if kind == "slot" else source.where
                 if t is None:
                     return STALE
+                if getattr(t._cached_data, "is_lazy", False) and pending_sums(t):
+                    self.found_pending.append(source.where.path if kind == "slot" else "a state tensor")
                 array = realized_array(t)
                 if layout(array) != source.layout:
                     return STALE  # (state of another layout: capture again)

@@ -7,9 +7,11 @@
   holds what the step could read, and the attribute names it reads are noted (an
   optimizer's lr read by the user's own code is a guard, not a value read at each
   replay).  Calls from user code that a replay cannot repeat (print, input, open,
-  next(), time.*, warnings.warn, a numpy random generator other than the global one,
-  any method of a file or stream: f.write, sys.stdout.write, a StringIO's), and files a
-  library opens or uses for it (np.load, logging, json.dump), are host effects, with
+  next(), the host's clocks and counters: time.*, datetime's class methods, uuid,
+  resource; warnings.warn, a numpy random generator other than the global one, any
+  method of a file or stream: f.write, sys.stdout.write, a StringIO's; a SimpleQueue's
+  put), and what a library does for it (np.load, logging, json.dump, uuid1's clock
+  read), are host effects, with
   their line (the global RNGs are compared before and after instead).  A profile hook of the user's written in
   Python gets every event through this one; code that switches the hook itself (a
   profiler enabled inside the step) is a host effect too: it would blind the capture.
@@ -33,7 +35,9 @@ from .world import plain_names
 
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HOST_BUILTINS = {print, input, open, next, breakpoint}
-_HOST_MODULES = {"time", "datetime", "secrets", "uuid", "_warnings"}  # (warnings.warn is _warnings')
+#: modules whose functions, and whose classes' class methods (datetime.date.today), read the
+#: host: its clocks, its counters, its entropy (warnings.warn is _warnings')
+_HOST_MODULES = {"time", "datetime", "_datetime", "secrets", "uuid", "_uuid", "_warnings", "resource"}
 _HOST_CODES = {os._Environ.__getitem__.__code__: "os.environ"}
 
 
@@ -89,7 +93,8 @@ class Tracer:
                 owner = frame.f_locals.get("self")  # (a method of needle's called by the user's code)
                 self.touched.setdefault(id(owner), set()).add(code.co_name)
         elif event == "c_call" and not is_user_code(frame.f_code.co_filename):
-            if _reaches_the_host(arg, _LIBRARY_HOST_CALLS) and _library_call_of_user(frame):
+            if (_reaches_the_host(arg, _LIBRARY_HOST_CALLS) or _of_host_module(getattr(arg, "__self__", None))) \
+                    and _library_call_of_user(frame):
                 # (np.load, logging, json.dump, os.path.exists, a library's print: for the user)
                 self.note(f"{getattr(arg, '__qualname__', arg)}() (through a library)", frame)
         elif event == "c_call":
@@ -99,8 +104,10 @@ class Tracer:
             elif isinstance(owner, (np.random.Generator, np.random.RandomState)) \
                     and owner is not np.random.mtrand._rand:
                 self.note(f"a random generator other than numpy's global one ({arg.__qualname__})", frame)
-            elif arg in _HOST_BUILTINS or getattr(owner, "__name__", None) in _HOST_MODULES:
+            elif arg in _HOST_BUILTINS or _of_host_module(owner):
                 self.note(f"{getattr(arg, '__qualname__', arg)}()", frame)
+            elif isinstance(owner, np.ndarray) and id(owner) in self.world.unguarded_array_ids():
+                self.note(f"ndarray.{arg.__name__}() of a numpy array too big to guard by its values", frame)
             elif _reaches_the_host(arg, ()):  # (a file's, sys.stdout's or a StringIO's read or write; os.stat)
                 self.note(f"{_call_name(arg)}()", frame)
 
@@ -165,6 +172,13 @@ _PURE_OS_CALLS = {"fspath", "fsencode", "fsdecode", "strerror", "WIFEXITED", "WE
                   "WTERMSIG", "WIFSTOPPED", "WSTOPSIG", "waitstatus_to_exitcode"}
 
 
+def _of_host_module(owner) -> bool:
+    """Whether a C function bound to `owner` reads the host's clocks or counters: a
+    function of one of _HOST_MODULES, or a class method of one of their classes."""
+    return getattr(owner, "__name__", None) in _HOST_MODULES or \
+        (isinstance(owner, type) and owner.__module__ in _HOST_MODULES)
+
+
 def _reaches_the_host(fn, calls) -> bool:
     """Whether the C function `fn` reads or writes outside Python: one of `calls`, a
     method of a file or stream, or the operating system's (os.*, not os.fspath)."""
@@ -188,7 +202,7 @@ def _call_name(fn) -> str:
 #: modules whose objects' methods reach outside Python (a database, a socket, a csv writer's
 #: file, shared memory), and modules whose functions write to or read from files they are given
 _HOST_TYPES_MODULES = {"sqlite3", "_sqlite3", "socket", "_socket", "select", "_ssl", "ssl", "mmap", "_csv",
-                       "_multiprocessing", "_posixshmem"}
+                       "_multiprocessing", "_posixshmem", "_queue"}  # (_queue: SimpleQueue's put and get)
 _HOST_FUNCTIONS_MODULES = {"_pickle", "marshal", "_csv", "select", "_socket", "mmap", "_posixshmem"}
 _ENGINE_DIRS = tuple(os.path.join(_NEEDLE_DIR, d) + os.sep for d in ("engine", "compiler", "codegen", "runtime",
                                                                       "backend_ndarray"))

@@ -27,15 +27,20 @@ import collections
 import contextvars
 import ctypes
 import functools
+import io
+import mmap
 import operator
 import random
+import threading
 import types
 import weakref
+import zlib
 from operator import attrgetter
 
 import numpy as np
 
 from ..autograd import Tensor
+from ..engine.realize import pending_sums
 from .code import user_namespace
 from .places import (MISSING, SIMPLE, Attrs, Cell, GradOf, Read, Slot, bound_object, class_of, path_of, reader,
                      rng_state, pin, pinned_copy, same_rng_state)
@@ -49,8 +54,12 @@ LIMIT = 100_000
 #: bytes of numpy arrays a world may guard by their contents (a copy each, compared at
 #: every call); past it the capture gives up too (a dataset the step's objects hold)
 ARRAY_GUARD_BYTES = 32 << 20
+#: bytes of larger arrays guarded by a checksum of their bytes (at every call); past it an
+#: array is not guarded, and a method of it called by the step is a host effect
+CHECKSUM_GUARD_BYTES = 2 << 20
 
 _grad, _flag = attrgetter("grad"), attrgetter("requires_grad")
+
 #: what a class holds that is code, walked where the call runs it (tracing.py), not as state
 _CODE = (types.FunctionType, classmethod, staticmethod, property, type, types.MemberDescriptorType,
          types.GetSetDescriptorType)
@@ -79,12 +88,15 @@ class World:
         self._library_classes = []
         self._class_refs, self._class_then, self._class_paths = [], [], []  # (each object's class: a guard)
         self._class_of = {}    # ... and id(its mapping proxy, a box) -> the class
-        self.pending = []      # Tensors found with pending data (see `settle`)
+        self.pending = []      # (Tensor, path) found with pending data (see `settle`)
         self.initial = {}      # id(Tensor held) -> its _cached_data when found
         self.moved = False     # changed() let a slot hold another Tensor: aliases need a look
-        self.too_big = ""      # why the world is too big to guard, if it is
+        self.unguardable = ""  # why the world cannot be guarded (too big, an iterator), if so
+        self.big_arrays = []   # (array, checksum, path): arrays too big to copy, guarded by a checksum
+        self.unguarded_arrays = []  # arrays past CHECKSUM_GUARD_BYTES
+        self.thread = None     # the capturing thread, where a threading.local was met (a guard)
         self.ordered, self.orders, self.order_paths = [], [], []  # dicts of several keys, their keys' order
-        self._array_bytes = 0
+        self._array_bytes = self._checksum_bytes = 0
         self._seen = set()
         self._walked = []      # the objects met
         self._locals = set()   # ids of those met through a call's own variables (see `add_local`)
@@ -102,7 +114,7 @@ class World:
                 self._hold(value, path, stack)
                 continue
             if len(self._seen) > LIMIT:
-                self.too_big = "it reaches too many Python objects to guard"
+                self.unguardable = "it reaches too many Python objects to guard"
                 return
             self._seen.add(id(value))
             self._walked.append(value)  # (held until `built`: an id stays its object's)
@@ -134,10 +146,21 @@ class World:
                 if value.size <= ARRAY_GUARD_SIZE:
                     self._array_bytes += value.nbytes
                     if self._array_bytes > ARRAY_GUARD_BYTES:
-                        self.too_big = (f"it reaches more than {ARRAY_GUARD_BYTES >> 20} MB of numpy arrays to guard "
-                                        f"(at {path}; keep a dataset out of the objects the step reads)")
+                        self.unguardable = (f"it reaches more than {ARRAY_GUARD_BYTES >> 20} MB of numpy arrays to "
+                                            f"guard (at {path}; keep a dataset out of the objects the step reads)")
                         return
                     self.arrays.append((value, value.copy(), path))
+                elif value.dtype != object:
+                    self._checksum_bytes += value.nbytes
+                    if self._checksum_bytes <= CHECKSUM_GUARD_BYTES:
+                        self.big_arrays.append((value, _fingerprint(value), path))
+                    else:
+                        self.unguarded_arrays.append(value)
+                if value.dtype == object:  # (what its elements hold: `table[0]["scale"]`)
+                    if value.size > ARRAY_GUARD_SIZE:
+                        self.unguardable = f"it reaches a numpy array of {value.size} objects at {path}"
+                        return
+                    stack.extend((v, f"{path}.flat[{i}]") for i, v in enumerate(value.flat))
                 self.host_arrays.append(value)
             elif isinstance(value, (np.random.Generator, np.random.RandomState, random.Random)):
                 # (the global ones are checked apart; a SystemRandom has no state: its draws read
@@ -158,10 +181,27 @@ class World:
                 try:
                     stack.append((np.ctypeslib.as_array(value), path))
                 except (TypeError, ValueError, NotImplementedError):  # (not numbers: pointers, structures)
-                    pass
+                    stack.append((_bytes_of(value), path))
+            elif isinstance(value, (ctypes.Structure, ctypes.Union)):  # (a RawValue's structure: its bytes)
+                stack.append((_bytes_of(value), path))
+            elif isinstance(value, ctypes._Pointer):
+                if value:
+                    stack.append((value.contents, path + ".contents"))
+            elif isinstance(value, (memoryview, mmap.mmap)):  # (SharedMemory.buf, a mapped file: its bytes)
+                if len(value) > ARRAY_GUARD_SIZE:
+                    self.unguardable = f"it reaches {len(value)} bytes of memory at {path}, too many to guard"
+                    return
+                self.add_globals(Read(reader(value)), ("value",), path)
+            elif _is_opaque_iterator(value):
+                self.unguardable = (f"it reaches an iterator at {path} ({type(value).__name__}), whose position a "
+                                    "replay would not advance (draw the items outside the step and pass them as "
+                                    "arguments)")
+                return
             elif isinstance(value, (weakref.ref, contextvars.ContextVar, ctypes._SimpleCData)):
                 self.add_globals(Read(reader(value)), ("value",), path)  # (what it refers to, or holds)
             elif not getattr(type(value), "holds_no_state", False):
+                if isinstance(value, threading.local):  # (its values are this thread's: replayed on this one only)
+                    self.thread = threading.current_thread()
                 own = _own_dict(value)
                 if own is not None:
                     stack.append((own, path))
@@ -249,12 +289,12 @@ class World:
             self.grad_holders.append(tensor)
             self.grads.append(tensor.grad)
             self.flags.append(tensor.requires_grad)
-            self._found(tensor)
+            self._found(tensor, path)
             if isinstance(tensor.grad, Tensor):  # (a slot of state, read where gradients are made outside)
-                self.slots.append(Slot(GradOf(tensor), "grad", None, "<.grad>", tensor.grad))
-                self._found(tensor.grad)
+                self.slots.append(Slot(GradOf(tensor), "grad", None, path + ".grad", tensor.grad))
+                self._found(tensor.grad, path + ".grad")
 
-    def _found(self, tensor) -> None:
+    def _found(self, tensor, path: str) -> None:
         """Note a Tensor's data as it is when found; pending data waits in `pending` (see
         `settle`)."""
         data = tensor._cached_data
@@ -262,18 +302,29 @@ class World:
             data = tensor._cached_data = data.realized  # (computed already: its buffer)
         self.initial[id(tensor)] = data
         if isinstance(data, tuple) or getattr(data, "is_lazy", False):
-            self.pending.append(tensor)
+            self.pending.append((tensor, path))
 
-    def settle(self, realize, made=()) -> None:
-        """Compute the state found pending (what earlier calls left to compute), so the
-        capture reads it as buffers instead of recording its graph; Tensors whose ids are
-        in `made` were made by the call being captured and stay as they are."""
-        waiting = [t for t in self.pending if id(t) not in made]
-        self.pending = [t for t in self.pending if id(t) in made]
+    def big_array_changed(self):
+        """(array, path) of the first array guarded by its checksum that changed since it
+        was found, or None."""
+        return next(((a, path) for a, before, path in self.big_arrays if _fingerprint(a) != before), None)
+
+    def unguarded_array_ids(self) -> set:
+        return set(map(id, self.unguarded_arrays))
+
+    def settle(self, realize, made=()) -> list:
+        """Compute the state found pending (what code outside the call left to compute), so
+        the capture reads it as buffers instead of recording its graph; Tensors whose ids
+        are in `made` were made by the call being captured and stay as they are.  The
+        (Tensor, path) of those that sum (see pending_sums)."""
+        waiting = [(t, path) for t, path in self.pending if id(t) not in made]
+        self.pending = [(t, path) for t, path in self.pending if id(t) in made]
+        summing = [(t, path) for t, path in waiting if pending_sums(t)]
         if waiting:
-            realize(waiting)
-            for t in waiting:
+            realize([t for t, _ in waiting])
+            for t, _ in waiting:
                 self.initial[id(t)] = t._cached_data
+        return summing
 
     def add_function(self, fn, path: str, stack=None) -> None:
         """A function's code, closure cells (guards: the objects they hold), defaults and
@@ -426,3 +477,17 @@ def _tensors_in_tuple(value, pos):
             yield from _tensors_in_tuple(v, pos + (i,))
 
 
+def _is_opaque_iterator(value) -> bool:
+    """An iterator whose position lives in C (a generator, a list's iterator, itertools',
+    zip, map): `for x in it`, islice(it) advance it without a call the tracer sees.  (An
+    iterator class written in Python keeps its position in attributes: guarded.)"""
+    return hasattr(type(value), "__next__") and _own_dict(value) is None and not isinstance(value, io.IOBase)
+
+
+def _bytes_of(value):
+    """A ctypes object's memory as a numpy byte array (its values, guarded like an array's)."""
+    return np.ctypeslib.as_array((ctypes.c_ubyte * ctypes.sizeof(value)).from_buffer(value))
+
+
+def _fingerprint(array) -> int:
+    return zlib.crc32(np.ascontiguousarray(array).view(np.uint8).reshape(-1))

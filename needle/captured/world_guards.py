@@ -3,6 +3,7 @@ common path, `changed` when it says no (which differences a replay follows, and 
 first one that it cannot)."""
 from __future__ import annotations
 
+import threading
 import types
 from operator import attrgetter, call, eq
 
@@ -18,6 +19,8 @@ def holds(world) -> bool:
     """Whether every guard holds now; compared in C, Tensors by identity.  When this
     says no, `changed()` tells whether a difference matters (and refreshes the
     snapshots when none does)."""
+    if world.thread is not None and threading.current_thread() is not world.thread:
+        return False
     try:  # (in C: each box against its snapshot, members by identity first)
         if not all(map(eq, world._snapshot_list, world._box_list)):  # (snapshot first: its Same compare)
             return False
@@ -40,7 +43,7 @@ def holds(world) -> bool:
     for values, copy, _ in world.arrays:
         if not np.array_equal(values, copy):
             return False
-    return True
+    return world.big_array_changed() is None
 
 
 def changed(world):
@@ -48,6 +51,8 @@ def changed(world):
     slot holding another Tensor of the same layout, an exempt attribute), after
     refreshing those snapshots; else the first difference: (where, description),
     where as `where_of` gives it."""
+    if world.thread is not None and threading.current_thread() is not world.thread:
+        return (id(world), "thread"), "the calling thread (a threading.local the step reaches holds a value per thread)"
     for box, order, path in zip(world.ordered, world.orders, world.order_paths):
         if tuple(box) != order and set(box) == set(order):  # (other keys: told below)
             return (id(box), ALL), f"the order of {path or 'a dict'}'s keys (was {short(list(order))})"
@@ -95,6 +100,9 @@ def changed(world):
     for values, copy, path in world.arrays:
         if not np.array_equal(values, copy):
             return (id(values), ALL), f"the numpy array {path} (its values)"
+    changed_array = world.big_array_changed()
+    if changed_array is not None:
+        return (id(changed_array[0]), ALL), f"the numpy array {changed_array[1]} (its values)"
     for ref, then, path in zip(world._class_refs, world._class_then, world._class_paths):
         if type(ref()) is not then:
             return (id(ref), "__class__"), f"the class of {path} (was {then.__name__})"

@@ -10,6 +10,7 @@ import weakref
 import numpy as np
 
 from ..ir import reference
+from ..ir.nodes import REDUCE
 from ..runtime import counters
 from . import backends, schedule_cache
 
@@ -38,6 +39,21 @@ def pending_nodes(value) -> list:
     data = getattr(value, "_cached_data", value)
     return [n for n in (data if isinstance(data, tuple) else (data,))
             if getattr(n, "is_lazy", False) and n.realized is None]
+
+
+def pending_sums(value) -> bool:
+    """Whether what is still to compute behind `value` sums (a reduction, a matmul): an
+    elementwise value rounds alike in every kernel, a sum by the kernel computing it."""
+    stack, seen = pending_nodes(value), set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or getattr(n, "realized", None) is not None:
+            continue
+        seen.add(id(n))
+        if n.op in REDUCE or n.op == "matmul":
+            return True
+        stack.extend(n.srcs)
+    return False
 
 
 def realize_later(value) -> None:

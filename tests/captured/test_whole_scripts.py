@@ -28,6 +28,15 @@ FOUND_WRONG = [
 SAMPLE = ["mlp_resnet_course_epoch", "lm_rnn_ptb_clip_inside", "checkpoint_save_train_rollback",
           "gan_two_jitted_steps", "ema_weights_swapped_in_for_eval", "lm_lstm_course_numpy_clip"]
 NAMES = list(loops.LOOPS) if os.environ.get("NEEDLE_TEST_ALL_SCRIPTS") == "1" else FOUND_WRONG + SAMPLE
+#: known silently different on some hosts: with AVX-512 code (not with AVX2 code on the same
+#: machine), the critic's clipped weights left pending for the other jitted step give one
+#: generator loss of 32 a last-bit difference (docs/jit.md, "Known differences")
+ON_AVX512 = {"wgan_critic_weight_clipping_inside"}
+
+
+def _host_has_avx512() -> bool:
+    from needle.runtime import jit
+    return jit.host_target(1, False).vector_bytes == 64
 
 
 def run(name, mode, tmp_path):
@@ -49,4 +58,6 @@ def test_a_whole_script_is_never_silently_different_under_jit(name, tmp_path):
         return
     assert jit["status"] == "ok", f"only the jitted run failed: {jit['error']}"
     differences = harness.equal(plain["obs"], jit["obs"], "obs") + harness.equal(plain["np_rng"], jit["np_rng"])
+    if differences and name in ON_AVX512 and _host_has_avx512():
+        pytest.xfail(f"a known last-bit difference with AVX-512 code (docs/jit.md): {differences[:2]}")
     assert not differences, differences[:5]  # (running plainly after a warning changes nothing either)
