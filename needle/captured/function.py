@@ -59,8 +59,9 @@ UNKEPT_LIMIT = 2
 #: calls in a row that captured, as a multiple of max_captures, after which a function
 #: that never replays runs plainly
 MISSES_LIMIT = 2
-#: calls in a row that captured because a Python number argument had a new value, after
-#: which a function runs plainly (each capture costs more than the plain call it replaces)
+#: calls in a row that captured because a Python number argument had a new value, or
+#: because the same guard had (a step counter kept on the model), after which a function
+#: runs plainly (each capture costs more than the plain call it replaces)
 NEW_NUMBERS_LIMIT = 3
 
 
@@ -160,6 +161,7 @@ class JitFunction:
         self.unkept = 0    # captures in a row that changed what they depend on
         self.misses = 0    # calls in a row that captured instead of replaying
         self.new_numbers = 0  # ... because a number argument was new (see _numbers_changed)
+        self.guard_misses, self._last_guard = 0, None  # ... because the same guard changed
         self._last_key = None
         self.plain = False
         self._results = []  # (weak Tensor returned with a graph, its .grad then)
@@ -250,6 +252,14 @@ class JitFunction:
                 return self.fn(*args, **kwargs)
         else:
             self.unkept = 0
+            same = last is not None and why[0] is not None and why[0] == self._last_guard
+            self.guard_misses = self.guard_misses + 1 if same else 1
+            self._last_guard = why[0] if last is not None else None
+            if self.guard_misses >= NEW_NUMBERS_LIMIT:
+                self._run_plainly(f"{why[1]}: it is new at each of the last {self.guard_misses} calls, and each value "
+                                  "needs a capture of its own (a Python value the step reads is a guard; a value the "
+                                  "step computes with belongs in a Tensor, which is state or an input)")
+                return self.fn(*args, **kwargs)
         if self.misses > MISSES_LIMIT * self.max_captures:
             self._run_plainly(f"{self.misses - 1} calls in a row made new captures and none replayed (last "
                               f"change: {why[1] if why else 'new arguments'}; a non-Tensor argument new at every "
@@ -297,7 +307,7 @@ class JitFunction:
             return self.fn(*args, **kwargs)
         if result is not STALE:
             self.replays += 1
-            self.misses = self.unkept = 0
+            self.misses = self.unkept = self.guard_misses = 0
         return result
 
     def _run_plainly(self, why: str) -> None:

@@ -1467,3 +1467,21 @@ def test_sums_still_pending_when_a_call_starts_are_told():
     for a, b in zip(plain[:6], jitted[:6]):  # (the losses: the same up to the last bits)
         np.testing.assert_allclose(np.frombuffer(a[1], np.float32), np.frombuffer(b[1], np.float32), rtol=1e-6)
     both(lambda jit: _update_outside(jit, True), replays=3)
+
+
+def test_a_guard_new_at_every_call_runs_plainly_and_says_so():
+    """A step counter the loop keeps on the model (`m.t = i`) read by the step: each value
+    needs a capture of its own, each costlier than the plain call; after a few calls in a
+    row the step runs plainly, saying which value (it had captured at every call, silently,
+    for 2 * max_captures calls)."""
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        model.t = 0
+        f = jit(_scaled_step(model, opt, lambda: min(1.0, (model.t + 1) / 3)))
+        out = []
+        for i in range(8):
+            model.t = i
+            out.append(f(*map(T, batch(i))))
+        return out + model.parameters()
+    both(run, warns=r"model\.t .*new at each of the last 3 calls")
