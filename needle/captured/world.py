@@ -26,6 +26,7 @@ import array
 import collections
 import contextvars
 import ctypes
+import decimal
 import functools
 import io
 import mmap
@@ -59,6 +60,11 @@ ARRAY_GUARD_BYTES = 32 << 20
 CHECKSUM_GUARD_BYTES = 2 << 20
 
 _grad, _flag = attrgetter("grad"), attrgetter("requires_grad")
+#: values that hold nothing else: skipped by the walk (compared by value where they are)
+_PLAIN = frozenset({bool, int, float, complex, str, bytes, type(None)})
+#: builtin types whose subclasses' instances may carry attributes of their own
+_BUILTIN_HOLDERS = (int, float, complex, str, bytes, dict, list, tuple, set, frozenset, collections.deque, np.ndarray)
+_DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 
 #: what a class holds that is code, walked where the call runs it (tracing.py), not as state
 _CODE = (types.FunctionType, classmethod, staticmethod, property, type, types.MemberDescriptorType,
@@ -95,6 +101,7 @@ class World:
         self.big_arrays = []   # (array, checksum, path): arrays too big to copy, guarded by a checksum
         self.unguarded_arrays = []  # arrays past CHECKSUM_GUARD_BYTES
         self.thread = None     # the capturing thread, where a threading.local was met (a guard)
+        self._decimal_guarded = False
         self.ordered, self.orders, self.order_paths = [], [], []  # dicts of several keys, their keys' order
         self._array_bytes = self._checksum_bytes = 0
         self._seen = set()
@@ -108,7 +115,9 @@ class World:
         stack = [(value, path)]
         while stack:
             value, path = stack.pop()
-            if isinstance(value, SIMPLE) or id(value) in self._seen:
+            if type(value) in _PLAIN or id(value) in self._seen:
+                continue
+            if isinstance(value, SIMPLE) and not _carries_state(value):
                 continue
             if isinstance(value, Tensor):
                 self._hold(value, path, stack)
@@ -118,6 +127,21 @@ class World:
                 return
             self._seen.add(id(value))
             self._walked.append(value)  # (held until `built`: an id stays its object's)
+            if type(value) not in _BUILTIN_HOLDERS and isinstance(value, _BUILTIN_HOLDERS):
+                # (a subclass of a number, a string, a container or an array: `class Config(dict)`,
+                # an IntEnum member: its own attributes and its class's, besides its value or items)
+                own = _own_dict(value)
+                if own:
+                    stack.append((own, path))
+                stack.append((type(value), path + ".__class__"))
+            if isinstance(value, SIMPLE):
+                if isinstance(value, np.void):  # (a structured array's record: a view of its memory)
+                    self.add_globals(Read(value.tobytes), ("value",), path)
+                continue
+            if (value is decimal or value is decimal.Decimal) and not self._decimal_guarded:
+                # (Decimal arithmetic reads this thread's context, C state: its settings are a guard)
+                self._decimal_guarded = True
+                self.add_globals(Read(_decimal_context), ("value",), "decimal.getcontext()")
             if isinstance(value, (dict, list, collections.deque)):
                 self._box(value, pinned_copy(value), path)
                 items = value.items() if isinstance(value, dict) else enumerate(value)
@@ -187,12 +211,19 @@ class World:
             elif isinstance(value, ctypes._Pointer):
                 if value:
                     stack.append((value.contents, path + ".contents"))
+            elif isinstance(value, _DICT_VIEWS):  # (`weights.values()`: the dict behind it)
+                stack.append((value.mapping, path))
+            elif isinstance(value, functools._lru_cache_wrapper):
+                # (a hit runs nothing the tracer sees, a host read included: the cache's size
+                # is a guard, so cache_clear() makes the next call capture, running it)
+                self.add_globals(Read(lambda f=value: f.cache_info().currsize), ("value",), path)
+                stack.append((value.__wrapped__, path))
             elif isinstance(value, (memoryview, mmap.mmap)):  # (SharedMemory.buf, a mapped file: its bytes)
                 if len(value) > ARRAY_GUARD_SIZE:
                     self.unguardable = f"it reaches {len(value)} bytes of memory at {path}, too many to guard"
                     return
                 self.add_globals(Read(reader(value)), ("value",), path)
-            elif _is_opaque_iterator(value):
+            elif _is_opaque_iterator(value) or isinstance(value, (types.CoroutineType, types.AsyncGeneratorType)):
                 self.unguardable = (f"it reaches an iterator at {path} ({type(value).__name__}), whose position a "
                                     "replay would not advance (draw the items outside the step and pass them as "
                                     "arguments)")
@@ -243,6 +274,10 @@ class World:
                 self._item(Attrs(klass), key, value, path_of(path, key), stack)
             elif not isinstance(value, _CODE) and not key.startswith("__"):  # (an object it holds: `Outer.inner`)
                 stack.append((value, path_of(path, key)))
+            else:  # (a property or static method that is a builtin bound method reads its object)
+                for fn in _functions_of(value):
+                    if bound_object(fn) is not None:
+                        stack.append((bound_object(fn), path_of(path, key)))
         while stack:
             self.add(*stack.pop())
 
@@ -257,7 +292,7 @@ class World:
         self.boxes.append([box, snapshot, path])
         self._box_list.append(box)
         self._snapshot_list.append(snapshot)
-        if type(box) is dict and len(box) > 1:  # (== on dicts ignores the order a step may iterate in)
+        if isinstance(box, dict) and len(box) > 1:  # (== on dicts ignores the order a step may iterate in)
             self.ordered.append(box)
             self.orders.append(tuple(box))
             self.order_paths.append(path)
@@ -491,3 +526,25 @@ def _bytes_of(value):
 
 def _fingerprint(array) -> int:
     return zlib.crc32(np.ascontiguousarray(array).view(np.uint8).reshape(-1))
+
+
+def _carries_state(value) -> bool:
+    """A number or string that is more than its value: with attributes of its own (a
+    subclass's instance, an enum member) or a structured array's record (a view)."""
+    return type(value) not in _PLAIN and (isinstance(value, np.void) or _own_dict(value) is not None)
+
+
+def _decimal_context() -> str:
+    """This thread's decimal settings, as a value a guard compares (a string: a tuple
+    read anew would be another object each time)."""
+    context = decimal.getcontext()
+    return f"prec={context.prec} rounding={context.rounding} Emin={context.Emin} Emax={context.Emax}"
+
+
+def _functions_of(value) -> tuple:
+    """The functions a property, staticmethod or classmethod in a class runs."""
+    if isinstance(value, property):
+        return value.fget, value.fset, value.fdel
+    if isinstance(value, (staticmethod, classmethod)):
+        return (value.__func__,)
+    return ()

@@ -3,6 +3,7 @@ an independent check found silently wrong: every dependency of a capture is an i
 state, a guard or a reason to run plainly with a warning.  Each test runs a loop
 plainly and jitted (verify on) and compares everything bit for bit, or checks the
 warning / JitError that says where needle cannot follow."""
+import collections
 import functools
 import warnings
 
@@ -1485,3 +1486,132 @@ def test_a_guard_new_at_every_call_runs_plainly_and_says_so():
             out.append(f(*map(T, batch(i))))
         return out + model.parameters()
     both(run, warns=r"model\.t .*new at each of the last 3 calls")
+
+
+class _Scaled(float):
+    """A number with attributes of its own (a float subclass)."""
+
+
+class _Config(dict):
+    """`class Config(dict)` with attributes besides its items."""
+
+
+def _state_holder(kind):
+    """(read, change) of a loss scale kept in a value that is more than it looks."""
+    import enum
+    if kind == "float subclass attribute":
+        value = _Scaled(2.0)
+        value.mult = 1.0
+        return lambda: value.mult, lambda: setattr(value, "mult", 0.25)
+    if kind == "IntEnum member attribute":
+        class Phase(enum.IntEnum):
+            MAIN = 1
+        Phase.MAIN.weight = 1.0
+        return lambda: Phase.MAIN.weight, lambda: setattr(Phase.MAIN, "weight", 0.25)
+    if kind == "dict subclass attribute":
+        config = _Config(lr=0.1)
+        config.scale = 1.0
+        return lambda: config.scale, lambda: setattr(config, "scale", 0.25)
+    if kind == "numpy record":
+        table = np.zeros(1, dtype=[("scale", "f8")])
+        table["scale"] = 1.0
+        record = table[0]
+        return lambda: float(record["scale"]), lambda: record.__setitem__("scale", 0.25)
+    if kind == "property over dict.get":  # (the property runs no Python: scales.get(holder))
+        scales = {}
+        holder = type("Holder", (), {"scale": property(scales.get)})()
+        scales[holder] = 1.0
+        return lambda: holder.scale, lambda: scales.__setitem__(holder, 0.25)
+    if kind == "dict values view":
+        weights = {"a": 1.0}
+        view = weights.values()
+        return lambda: sum(view), lambda: weights.__setitem__("a", 0.25)
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("kind", ["float subclass attribute", "IntEnum member attribute", "dict subclass attribute",
+                                  "numpy record", "property over dict.get", "dict values view"])
+def test_state_inside_values_that_look_plain_is_guarded(kind):
+    """Attributes of a number's, an enum member's or a container subclass's own, a record
+    of a structured array (a view), a dict read through a builtin property or a view:
+    the walk had stopped at the value (replays kept the first scale)."""
+    def run(jit):
+        read, change = _state_holder(kind)
+        return _scale_changed_at_call_5(jit, read, change)
+    both(run, replays=3)
+
+
+def test_the_decimal_context_is_a_guard():
+    """Decimal arithmetic in the step reads this thread's context (C state)."""
+    import decimal
+
+    def run(jit):
+        decimal.getcontext().prec = 28
+        return _scale_changed_at_call_5(jit, lambda: float(decimal.Decimal(1) / decimal.Decimal(3)),
+                                        lambda: setattr(decimal.getcontext(), "prec", 2))
+    try:
+        both(run, replays=3)
+    finally:
+        decimal.getcontext().prec = 28
+
+
+def test_an_ordered_dicts_key_order_is_a_guard():
+    """The order of an OrderedDict's keys (the order the step adds its loss terms in):
+    guarded like a dict's (only a plain dict's had been)."""
+    def run(jit):  # (in float32, 1 + 1e8 - 1e8 is 0 and 1e8 - 1e8 + 1 is 1)
+        terms = collections.OrderedDict([("a", 1.0), ("b", 1e8), ("c", -1e8)])
+        return _scale_changed_at_call_5(jit, lambda: 0.5 + _sum_in_order(terms), lambda: terms.move_to_end("a"))
+    both(run, replays=3)
+
+
+def _sum_in_order(terms) -> float:
+    total = np.float32(0)
+    for v in terms.values():
+        total = np.float32(total + np.float32(v))
+    return float(total)
+
+
+def test_a_cached_function_hiding_a_host_read_is_followed_after_cache_clear(monkeypatch):
+    """lru_cache over an os.environ read: a hit runs nothing the tracer sees; the cache's
+    size is a guard, so after cache_clear() the next call captures, runs the function, and
+    sees the read (runs plainly, saying so)."""
+    import functools as ft
+    import os
+    monkeypatch.setenv("NEEDLE_TEST_SCALE", "1.0")
+
+    def run(jit):
+        @ft.lru_cache(maxsize=None)
+        def scale():
+            return float(os.environ["NEEDLE_TEST_SCALE"])
+
+        def change():
+            os.environ["NEEDLE_TEST_SCALE"] = "0.25"
+            scale.cache_clear()
+        os.environ["NEEDLE_TEST_SCALE"] = "1.0"
+        return _scale_changed_at_call_5(jit, scale, change)
+    both(run, warns=r"os\.environ")
+
+
+class _Yield:
+    def __init__(self, value):
+        self.value = value
+
+    def __await__(self):
+        return (yield self.value)
+
+
+def test_a_coroutine_the_step_advances_runs_plainly_and_says_so():
+    """A schedule in a coroutine, advanced with send(): not an iterator (no __next__),
+    and its position lives in its frame, which no guard reads."""
+    def run(jit):
+        async def schedule():
+            scale = 1.0
+            while True:
+                await _Yield(scale)
+                scale *= 0.5
+        coro = schedule()
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        f = jit(_scaled_step(model, opt, lambda: coro.send(None)))
+        return [f(*map(T, batch(i))) for i in range(6)] + model.parameters()
+    both(run, warns=r"reaches an iterator")
