@@ -327,10 +327,12 @@ class JitFunction:
                        "them together with the step: their sums may round differently in the last bits. Realize "
                        "them before the call (needle.realize(...) or .realize()) to make the two runs the same")
 
-    def _not_left(self, found) -> list:
-        """The paths of `found` ((Tensor, path) computed before the call) but for what the
-        last capture left pending itself: a plain call leaves them alike."""
-        return [path for t, path in found if t not in self._left]
+    def _read_after_pending(self, world, step) -> list:
+        """The paths of the state the capture found pending and computed first (a sum),
+        that its schedules read, but for what the last capture left pending itself (a
+        plain call leaves that alike)."""
+        read = {id(s.where.initial if s.kind == "slot" else s.where) for s in step.sources if s.kind in ("slot", "object")}
+        return [path for t, path in world.computed_first if id(t) in read and t not in self._left]
 
     def _warn(self, what: str) -> None:
         frame, level = sys._getframe(0), 1  # (the warning names the user's line)
@@ -373,7 +375,7 @@ class JitFunction:
             world.add_globals(getattr(fn, "__func__", fn).__globals__, global_names(code))
         for i, x in call.objects():
             world.add(x, f"<argument {i}>")
-        self._computed_first(self._not_left(world.settle(_realize_now)))
+        world.settle(_realize_now)
         with capture.recording(None):  # (what the last call left to compute with the next schedule,
             realize_nodes([])           # state the world may find only while the call runs: not captured)
         return world
@@ -393,8 +395,7 @@ class JitFunction:
         rng, py_rng = np.random.get_state(), random.getstate()
         call.watch_attributes()
         recorder = capture.Recorder()
-        tracer = Tracer(world, lambda: self._computed_first(self._not_left(world.settle(_realize_now,
-                                                                                    recorder.created_ids))))
+        tracer = Tracer(world, lambda: world.settle(_realize_now, recorder.created_ids))
         args, kwargs, restore = traced_arguments(call, args, kwargs, tracer)
         try:
             with capture.recording(recorder), tracer, capture.STAMP_SOURCES():
@@ -415,6 +416,7 @@ class JitFunction:
             if why is None:
                 holders = list(world.holders) + [t for t in call.inputs if id(t) not in world._holder_ids]
                 step = build(recorder, call, world, world.initial, result, holders, recorder.created_ids)
+                self._computed_first(self._read_after_pending(world, step))
         except Unsupported as e:
             why = str(e)
         world.built()

@@ -95,6 +95,7 @@ class World:
         self._class_refs, self._class_then, self._class_paths = [], [], []  # (each object's class: a guard)
         self._class_of = {}    # ... and id(its mapping proxy, a box) -> the class
         self.pending = []      # (Tensor, path) found with pending data (see `settle`)
+        self.computed_first = []  # (Tensor, path) of those that sum, computed before the call
         self.initial = {}      # id(Tensor held) -> its _cached_data when found
         self.moved = False     # changed() let a slot hold another Tensor: aliases need a look
         self.unguardable = ""  # why the world cannot be guarded (too big, an iterator), if so
@@ -347,19 +348,18 @@ class World:
     def unguarded_array_ids(self) -> set:
         return set(map(id, self.unguarded_arrays))
 
-    def settle(self, realize, made=()) -> list:
+    def settle(self, realize, made=()) -> None:
         """Compute the state found pending (what code outside the call left to compute), so
         the capture reads it as buffers instead of recording its graph; Tensors whose ids
-        are in `made` were made by the call being captured and stay as they are.  The
-        (Tensor, path) of those that sum (see pending_sums)."""
+        are in `made` were made by the call being captured and stay as they are.  Those
+        that sum (see pending_sums) are noted in `computed_first`."""
         waiting = [(t, path) for t, path in self.pending if id(t) not in made]
         self.pending = [(t, path) for t, path in self.pending if id(t) in made]
-        summing = [(t, path) for t, path in waiting if pending_sums(t)]
+        self.computed_first += [(t, path) for t, path in waiting if pending_sums(t)]
         if waiting:
             realize([t for t, _ in waiting])
             for t, _ in waiting:
                 self.initial[id(t)] = t._cached_data
-        return summing
 
     def add_function(self, fn, path: str, stack=None) -> None:
         """A function's code, closure cells (guards: the objects they hold), defaults and
