@@ -279,8 +279,8 @@ def test_a_reduction_fused_with_its_gradient_rounds_products_as_unfused(device, 
     rows, c = np.repeat(a[:, None], 4, axis=1), float(np.float32(1e10 / 3))
     z = np.ones((16, 4), np.float32)
     z[0, 2] = 1e30
-    scaled, squared = rows * np.float32(c), (z * z).T
     with np.errstate(all="ignore"):
+        scaled, squared = rows * np.float32(c), (z * z).T
         cases = [(rows, lambda t: (t * c).var(axes=(1,)), scaled.var(axis=1)),
                  (rows, lambda t: (t * c).std(axes=(1,)), scaled.std(axis=1)),
                  (z, lambda t: (t * t).transpose().var(axes=(0,)), squared.var(axis=0))]
