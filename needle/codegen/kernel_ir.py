@@ -199,6 +199,10 @@ class Declare:
 class Assign:
     var: str
     expr: object
+    #: a sum made in its order (printed `(in order)`): a matmul's dot product in the plain
+    #: loop nest, which then rounds as the tiles and row streams do, whatever else its
+    #: kernel computes (a reassociable sum is vectorized by the loop's body)
+    ordered: bool = False
 
 
 @dataclass
@@ -365,7 +369,7 @@ def _print_body(body, lines, depth, code_only=False) -> None:
         elif isinstance(s, Declare):
             lines.append(f"{pad}var {s.var}: {s.dtype} = {expr_str(s.init)}")
         elif isinstance(s, Assign):
-            lines.append(f"{pad}{s.var} = {expr_str(s.expr)}")
+            lines.append(f"{pad}{s.var} = {expr_str(s.expr)}{'  (in order)' if s.ordered else ''}")
         elif isinstance(s, Store):
             guard = f"if {expr_str(s.valid)}: " if s.valid is not None else ""
             lines.append(f"{pad}{guard}{s.buf}[{expr_str(s.index)}] = {expr_str(s.value)}")

@@ -148,8 +148,7 @@ class Statements:
         slot, dtype = self.mutable[s.var]
         e = s.expr
         if isinstance(e, K.Binary) and e.a == K.Var(s.var, dtype) and e.op in ("add", "max"):
-            in_order = isinstance(e.b, K.Binary) and e.b.contract  # (a matmul's dot product, see _reduce_step)
-            value = self._reduce_step(e.op, self.b.load(slot, typ=TYPES[dtype]), self.expr(e.b), dtype, in_order)
+            value = self._reduce_step(e.op, self.b.load(slot, typ=TYPES[dtype]), self.expr(e.b), dtype, s.ordered)
         else:
             value = self.expr(e)
         self.b.store(value, slot)
@@ -157,10 +156,10 @@ class Statements:
 
     def _reduce_step(self, op, acc, x, dtype, in_order=False):
         """acc = acc op x, marked reassociable so the reduction loop vectorizes; `in_order`
-        (a matmul's dot product: a chain of fmas, k = 0, 1, ...) not: the order is then
-        the one every lowering of a matmul sums in, whatever else the kernel computes
-        (LLVM vectorizes a reassociable sum by the loop's body, so its last bits would
-        depend on what was fused with it)."""
+        (K.Assign.ordered: a matmul's dot product, a chain of fmas k = 0, 1, ...) not: the
+        order is then the one every lowering of a matmul sums in, whatever else the kernel
+        computes (LLVM vectorizes a reassociable sum by the loop's body, so its last bits
+        would depend on what was fused with it)."""
         if not is_float(dtype):
             return self._binary(op, acc, x, dtype)
         if op == "add":

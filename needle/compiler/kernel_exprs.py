@@ -185,7 +185,7 @@ def substitute_statement(s, values: dict, renamed: dict, memo: dict):
     if isinstance(s, K.Let):
         return K.Let(renamed.get(s.var, s.var), sub(s.expr))
     if isinstance(s, K.Assign):
-        return K.Assign(renamed.get(s.var, s.var), sub(s.expr))
+        return K.Assign(renamed.get(s.var, s.var), sub(s.expr), s.ordered)
     if isinstance(s, K.Store):
         return K.Store(renamed.get(s.buf, s.buf), sub(s.index), sub(s.value), sub(s.valid))
     if isinstance(s, K.LocalArray):

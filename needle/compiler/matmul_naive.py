@@ -29,7 +29,10 @@ def naive(low: Lowering, jam: bool = False) -> K.Kernel:
     acc = "acc"
     body = [K.Declare(acc, m.dtype, K.Const(0, m.dtype))]
     prod = K.Binary("mul", low.gen(a, tuple(idx) + (i, kk)), low.gen(b, tuple(idx) + (kk, j)), m.dtype, contract=True)
-    body.append(K.Loop("kk", a.shape[-1], [K.Assign(acc, K.Binary("add", K.Var(acc, m.dtype), prod, m.dtype))]))
+    # (in order, but for the dot products of contiguous runs, `jam`: vectorized, their K
+    # loop is the work; every other nest sums as the tiles do, whatever its epilogue)
+    body.append(K.Loop("kk", a.shape[-1], [K.Assign(acc, K.Binary("add", K.Var(acc, m.dtype), prod, m.dtype),
+                                                    ordered=not jam)]))
     low.matmul_value = K.Var(acc, m.dtype)
     flat_batch = K.affine([(b, math.prod(batch[d + 1:])) for d, b in enumerate(idx)])
     out = low.buffer(low.slot_of(g.root), g.root.dtype, "out")

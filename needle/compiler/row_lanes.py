@@ -105,7 +105,7 @@ def _map_statement(s, fn):
     def sub(e):
         return None if e is None else map_loads(e, fn)
     if isinstance(s, K.Assign):
-        return K.Assign(s.var, sub(s.expr))
+        return K.Assign(s.var, sub(s.expr), s.ordered)
     if isinstance(s, K.Let):
         return K.Let(s.var, sub(s.expr))
     if isinstance(s, K.Store):

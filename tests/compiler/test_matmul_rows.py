@@ -63,6 +63,7 @@ def bound(a, b, extra=0.0):
     (12, 32, 256, "rows"),       # too small to tile, deep enough (SMALL_DEPTH) to stream
     (60, 30, 60, "rows"),
     (16, 8, 700, "naive"),       # too small to tile and shallow: the plain nest
+    (100, 100, 10, "rows"),      # 8 to 15 columns: the stream on AVX-512 too, as on AVX2
 ])
 def test_which_kernel_a_matmul_plans(m, k, n, path, vector_bytes):
     a, b = data(m, k), data(k, n, seed=1)
@@ -74,6 +75,23 @@ def test_which_kernel_a_matmul_plans(m, k, n, path, vector_bytes):
         assert "for k4 in" not in "".join(texts)
         assert ("var acc" in texts[-1]) == (path == "naive")  # the plain nest's dot products
     assert np.all(np.abs(got - a.astype(np.float64) @ b) <= bound(a, b))
+
+
+@pytest.mark.parametrize("vector_bytes", [64, 32])
+def test_the_plain_nest_sums_in_order_and_dot_products_vectorize(vector_bytes):
+    """The plain nest's dot product sums k = 0, 1, ... (no reassociation), as the tiles and
+    the row stream do, so its value does not depend on what its kernel fuses with it; the
+    jammed dot products of contiguous runs (W @ x) keep a vectorized sum: their K loop is
+    the work.  Both within the bound of a sum of k products."""
+    target = target_for(vector_bytes)
+    a, b = data(6, 20), data(20, 3, seed=1)
+    names, texts, (got,) = run_planned([ndl.Tensor(a) @ ndl.Tensor(b)], target)
+    assert "(in order)" in texts[-1] and "*c" in texts[-1], texts
+    assert np.all(np.abs(got - a.astype(np.float64) @ b) <= bound(a, b))
+    w, x = data(300, 260), data(260, 1, seed=1)
+    names, texts, (got,) = run_planned([ndl.Tensor(w) @ ndl.Tensor(x)], target)
+    assert "acc_3" in texts[0] and "(in order)" not in texts[0], texts
+    assert np.all(np.abs(got - w.astype(np.float64) @ x) <= bound(w, x))
 
 
 @pytest.mark.parametrize("vector_bytes", [64, 32])
