@@ -331,7 +331,9 @@ class JitFunction:
         """The paths of the state the capture found pending and computed first (a sum),
         that its schedules read, but for what the last capture left pending itself (a
         plain call leaves that alike)."""
-        read = {id(s.where.initial if s.kind == "slot" else s.where) for s in step.sources if s.kind in ("slot", "object")}
+        used = {i for run in step.runs for i in run.index if i < len(step.sources)}  # (sources lead the pool)
+        read = {id(s.where.initial if s.kind == "slot" else s.where) for k, s in enumerate(step.sources)
+                if k in used and s.kind in ("slot", "object")}
         return [path for t, path in world.computed_first if id(t) in read and t not in self._left]
 
     def _warn(self, what: str) -> None:

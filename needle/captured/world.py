@@ -57,7 +57,7 @@ LIMIT = 100_000
 ARRAY_GUARD_BYTES = 32 << 20
 #: bytes of larger arrays guarded by a checksum of their bytes (at every call); past it an
 #: array is not guarded, and a method of it called by the step is a host effect
-CHECKSUM_GUARD_BYTES = 2 << 20
+CHECKSUM_GUARD_BYTES = 1 << 20
 
 _grad, _flag = attrgetter("grad"), attrgetter("requires_grad")
 #: values that hold nothing else: skipped by the walk (compared by value where they are)
@@ -128,7 +128,8 @@ class World:
                 return
             self._seen.add(id(value))
             self._walked.append(value)  # (held until `built`: an id stays its object's)
-            if type(value) not in _BUILTIN_HOLDERS and isinstance(value, _BUILTIN_HOLDERS):
+            if type(value) not in _BUILTIN_HOLDERS and isinstance(value, _BUILTIN_HOLDERS) \
+                    and not isinstance(value, np.memmap):  # (its mmap is its data: guarded as an array's)
                 # (a subclass of a number, a string, a container or an array: `class Config(dict)`,
                 # an IntEnum member: its own attributes and its class's, besides its value or items)
                 own = _own_dict(value)
@@ -168,14 +169,16 @@ class World:
                 if not isinstance(value, frozenset):
                     self._box(value, copy_box(value), path)
             elif isinstance(value, np.ndarray):
-                if value.size <= ARRAY_GUARD_SIZE:
+                if value.dtype == object:  # (its members: by identity here, their contents walked below)
+                    self.add_globals(Read(functools.partial(_member_ids, value)), ("value",), path)
+                elif value.size <= ARRAY_GUARD_SIZE:
                     self._array_bytes += value.nbytes
                     if self._array_bytes > ARRAY_GUARD_BYTES:
                         self.unguardable = (f"it reaches more than {ARRAY_GUARD_BYTES >> 20} MB of numpy arrays to "
                                             f"guard (at {path}; keep a dataset out of the objects the step reads)")
                         return
                     self.arrays.append((value, value.copy(), path))
-                elif value.dtype != object:
+                else:
                     self._checksum_bytes += value.nbytes
                     if self._checksum_bytes <= CHECKSUM_GUARD_BYTES:
                         self.big_arrays.append((value, _fingerprint(value), path))
@@ -220,8 +223,12 @@ class World:
                 self.add_globals(Read(lambda f=value: f.cache_info().currsize), ("value",), path)
                 stack.append((value.__wrapped__, path))
             elif isinstance(value, (memoryview, mmap.mmap)):  # (SharedMemory.buf, a mapped file: its bytes)
-                if len(value) > ARRAY_GUARD_SIZE:
-                    self.unguardable = f"it reaches {len(value)} bytes of memory at {path}, too many to guard"
+                try:
+                    nbytes = value.nbytes if isinstance(value, memoryview) else len(value)
+                except ValueError:  # (released, or closed: nothing a step can read)
+                    continue
+                if nbytes > ARRAY_GUARD_SIZE:
+                    self.unguardable = f"it reaches {nbytes} bytes of memory at {path}, too many to guard"
                     return
                 self.add_globals(Read(reader(value)), ("value",), path)
             elif _is_opaque_iterator(value) or isinstance(value, (types.CoroutineType, types.AsyncGeneratorType)):
@@ -515,8 +522,10 @@ def _tensors_in_tuple(value, pos):
 def _is_opaque_iterator(value) -> bool:
     """An iterator whose position lives in C (a generator, a list's iterator, itertools',
     zip, map): `for x in it`, islice(it) advance it without a call the tracer sees.  (An
-    iterator class written in Python keeps its position in attributes: guarded.)"""
-    return hasattr(type(value), "__next__") and _own_dict(value) is None and not isinstance(value, io.IOBase)
+    iterator class written in Python keeps its position in attributes or slots: guarded.)"""
+    step = getattr(type(value), "__next__", None)
+    return step is not None and not isinstance(step, types.FunctionType) and _own_dict(value) is None \
+        and not isinstance(value, io.IOBase)
 
 
 def _bytes_of(value):
@@ -548,3 +557,8 @@ def _functions_of(value) -> tuple:
     if isinstance(value, (staticmethod, classmethod)):
         return (value.__func__,)
     return ()
+
+
+def _member_ids(array) -> bytes:
+    """Which objects a numpy object array holds, as a value a guard compares."""
+    return np.array([id(x) for x in array.flat], np.int64).tobytes()

@@ -1639,3 +1639,58 @@ def test_a_pending_value_the_step_does_not_read_is_not_told():
             f(*map(T, batch(i)))
     assert f.replays >= 2
     assert not [w for w in caught if "still pending" in str(w.message)], [str(w.message) for w in caught]
+
+
+class _SlottedCycle:
+    """An iterator class written in Python, with __slots__: its position is guarded."""
+    __slots__ = ("values", "i")
+
+    def __init__(self, values):
+        self.values, self.i = values, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        value = self.values[self.i % len(self.values)]
+        self.i += 1
+        return value
+
+
+@pytest.mark.parametrize("kind", ["released memoryview", "closed mmap", "numpy memmap", "object array of arrays",
+                                  "slotted Python iterator"])
+def test_what_a_model_holds_never_breaks_a_capture(kind, tmp_path):
+    """Objects a model may hold that the walk reads: a released memoryview or closed mmap
+    (had raised at every call), a numpy memmap (had run plainly: its mmap taken for raw
+    memory), an object array of arrays (its guard had raised), an iterator class with
+    __slots__ (had run plainly: taken for a C iterator; it replays, its position guarded)."""
+    import mmap
+
+    def held():
+        if kind == "released memoryview":
+            view = memoryview(bytearray(8))
+            view.release()
+            return view
+        if kind == "closed mmap":
+            mapped = mmap.mmap(-1, 8)
+            mapped.close()
+            return mapped
+        if kind == "numpy memmap":
+            path = tmp_path / f"table-{len(list(tmp_path.iterdir()))}.bin"
+            table = np.memmap(path, dtype=np.float32, mode="w+", shape=(100_000,))
+            table[:] = 1.0
+            return table
+        if kind == "object array of arrays":
+            table = np.empty(2, dtype=object)
+            table[0], table[1] = np.ones(3), np.zeros(2)
+            return table
+        return _SlottedCycle([1.0, 0.5])
+
+    def run(jit):
+        model = small()
+        model.extra = held()
+        scale = (lambda: next(model.extra)) if kind == "slotted Python iterator" else (lambda: 1.0)
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        f = jit(_scaled_step(model, opt, scale))
+        return [f(*map(T, batch(i))) for i in range(6)] + model.parameters()
+    both(run, warns=r"the step calls next\(\)") if kind == "slotted Python iterator" else both(run, replays=3)
