@@ -529,8 +529,12 @@ def _is_opaque_iterator(value) -> bool:
 
 
 def _bytes_of(value):
-    """A ctypes object's memory as a numpy byte array (its values, guarded like an array's)."""
-    return np.ctypeslib.as_array((ctypes.c_ubyte * ctypes.sizeof(value)).from_buffer(value))
+    """A ctypes object's memory as a numpy byte array (its values, guarded like an array's),
+    or None where ctypes gives no view of it (a read-only buffer)."""
+    try:
+        return np.ctypeslib.as_array((ctypes.c_ubyte * ctypes.sizeof(value)).from_buffer(value))
+    except (TypeError, ValueError):
+        return None
 
 
 def _fingerprint(array) -> int:
