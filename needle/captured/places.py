@@ -4,6 +4,7 @@ tuple (Slot) — and how two values a capture saw are compared and named."""
 from __future__ import annotations
 
 import collections
+import math
 import mmap
 import random
 import types
@@ -150,6 +151,8 @@ def same_layout(a, b) -> bool:
     them) of one shape, dtype, device and requires_grad."""
     if a is b:
         return True
+    if type(a) is float and type(b) is float and a == 0 == b:
+        return math.copysign(1.0, a) == math.copysign(1.0, b)
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         x, y = a._cached_data, b._cached_data
         return (a.requires_grad == b.requires_grad and x is not None and y is not None and x.shape == y.shape
@@ -184,15 +187,32 @@ class Same:
 
 def pin(value):
     """`value` as a snapshot holds it: itself when `==` means identity or a value that
-    cannot change (numbers, strings, tuples, Tensors, modules), else a Same."""
+    cannot change (numbers, strings, tuples, Tensors, modules), else a Same; a float zero
+    as a SignedZero (-0.0 == 0.0, but code may branch on the sign)."""
     kind = type(value)
+    if kind is float and value == 0:
+        return SignedZero(value)
     if kind.__eq__ is object.__eq__ or isinstance(value, SIMPLE) or kind is tuple or kind is frozenset:
         return value
     return Same(value)
 
 
+class SignedZero(Same):
+    """A snapshot's stand-in for a float zero: equal to a zero of the same sign."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return type(other) is float and other == 0 and math.copysign(1.0, other) == math.copysign(1.0, self.obj)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = None
+
+
 def unpin(value):
-    return value.obj if type(value) is Same else value
+    return value.obj if isinstance(value, Same) else value
 
 
 def pinned_copy(box):

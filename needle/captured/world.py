@@ -149,6 +149,8 @@ class World:
                 items = value.items() if isinstance(value, dict) else enumerate(value)
                 for key, v in items:
                     self._item(value, key, v, path_of(path, key), stack)
+                    if not isinstance(key, SIMPLE) and isinstance(value, dict):  # (`{layer: mult}`: its key)
+                        stack.append((key, f"{path}{{key}}"))
             elif isinstance(value, tuple):
                 stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
             elif isinstance(value, type):  # (a class: its methods and attributes, for every class it inherits)
@@ -168,6 +170,8 @@ class World:
             elif isinstance(value, (set, frozenset, bytearray, array.array, types.MappingProxyType)):
                 if not isinstance(value, frozenset):
                     self._box(value, copy_box(value), path)
+                if isinstance(value, (set, frozenset)):  # (its members: a hook object's attributes)
+                    stack.extend((v, f"{path}{{member}}") for v in value if not isinstance(v, SIMPLE))
             elif isinstance(value, np.ndarray):
                 if value.dtype == object:  # (its members: by identity here, their contents walked below)
                     self.add_globals(Read(functools.partial(_member_ids, value)), ("value",), path)
@@ -300,7 +304,7 @@ class World:
         self.boxes.append([box, snapshot, path])
         self._box_list.append(box)
         self._snapshot_list.append(snapshot)
-        if isinstance(box, dict) and len(box) > 1:  # (== on dicts ignores the order a step may iterate in)
+        if isinstance(box, (dict, set)) and len(box) > 1:  # (== ignores the order a step may iterate in)
             self.ordered.append(box)
             self.orders.append(tuple(box))
             self.order_paths.append(path)

@@ -1694,3 +1694,57 @@ def test_what_a_model_holds_never_breaks_a_capture(kind, tmp_path):
         f = jit(_scaled_step(model, opt, scale))
         return [f(*map(T, batch(i))) for i in range(6)] + model.parameters()
     both(run, warns=r"the step calls next\(\)") if kind == "slotted Python iterator" else both(run, replays=3)
+
+
+class _Scale:
+    """A hook-like object whose attribute the step reads."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+@pytest.mark.parametrize("kind", ["set member", "frozenset member", "dict key"])
+def test_an_object_held_in_a_set_or_as_a_dict_key_is_walked(kind):
+    """Objects in a set or used as dict keys: their attributes are guards, as a list
+    member's are (replays had kept the first value)."""
+    def run(jit):
+        scale = _Scale(1.0)
+        holder = {"set member": {scale}, "frozenset member": frozenset([scale]), "dict key": {scale: 1}}[kind]
+        return _scale_changed_at_call_5(jit, lambda: sum(s.value for s in holder),
+                                        lambda: setattr(scale, "value", 0.25))
+    both(run, replays=3)
+
+
+@pytest.mark.parametrize("where", ["attribute", "dict value", "numpy array"])
+def test_a_zero_in_state_is_guarded_by_its_sign(where):
+    """0.0 and -0.0 compare equal, but code may branch on the sign: a state zero that
+    changes sign is a new guard value (arguments were keyed by it already)."""
+    import math
+    import types
+
+    def run(jit):
+        state = types.SimpleNamespace(shift=0.0)
+        config = {"shift": 0.0}
+        table = np.zeros(1)
+        read = {"attribute": lambda: state.shift, "dict value": lambda: config["shift"],
+                "numpy array": lambda: float(table[0])}[where]
+        change = {"attribute": lambda: setattr(state, "shift", -0.0),
+                  "dict value": lambda: config.__setitem__("shift", -0.0),
+                  "numpy array": lambda: table.__setitem__(0, -0.0)}[where]
+        return _scale_changed_at_call_5(jit, lambda: math.copysign(1.0, read()), change)
+    both(run, replays=3)
+
+
+def test_a_sets_iteration_order_is_a_guard():
+    """A set refilled in place with the same members in another order: a step summing
+    over it in iteration order rounds otherwise (in float64, 0.1 + 1e16 - 1e16 is 0 and
+    1e16 - 1e16 + 0.1 is 0.1)."""
+    def run(jit):
+        terms = {0.1, 1e16, -1e16}
+
+        def refill():
+            members = list(terms)
+            terms.clear()
+            terms.update(members[::-1])
+        return _scale_changed_at_call_5(jit, lambda: 1.0 + sum(terms), refill)
+    both(run, replays=3)
