@@ -270,10 +270,13 @@ class JitFunction:
     def _replay(self, step, call, args, kwargs):
         if len(self.captures) > 1:
             self.captures.move_to_end(call.key)
-        # Checked against a plain call: each capture's first replay, and its first replay whose
-        # numpy arguments differ from the capture's (numpy may have computed from them where
-        # needle could not see, a copy made in C, and the first replay may have had the same)
-        new_values = step.first_values is not None and _values_differ(step.first_values, call.values)
+        # Checked against a plain call: each capture's first replay, and, until each numpy
+        # argument has had other values than at capture in a checked replay, every replay
+        # where one of them does (numpy may have computed from it where needle could not
+        # see, `np.eye(n)[labels]` in C; the first replays may have had the same labels
+        # and other images)
+        changed = _changed_values(step.first_values, call.values) if step.first_values else ()
+        new_values = bool(changed)
         first = step.replays == 0
         if self.verified < self.verify or first or new_values:
             checked = verifying.check(self, step, call, args, kwargs)
@@ -283,7 +286,8 @@ class JitFunction:
                 return self.fn(*args, **kwargs)
             result, difference = checked
             if new_values and difference is None:
-                step.first_values = None
+                for k in changed:
+                    del step.first_values[k]
             if self.verified < self.verify:
                 self.verified += 1
                 if difference is not None:
@@ -467,8 +471,9 @@ def _pending(value) -> list:
             for n in pending_nodes(t)]
 
 
-def _values_differ(before: dict, now: dict) -> bool:
-    return any(not np.array_equal(a, now[k]) for k, a in before.items())
+def _changed_values(before: dict, now: dict) -> list:
+    """The numpy arguments (by position) whose values differ from `before`'s."""
+    return [k for k, a in before.items() if not np.array_equal(a, now[k])]
 
 
 def _number_changed(before, now):

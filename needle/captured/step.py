@@ -75,8 +75,8 @@ class CapturedStep:
         self.result = result        # template of the return value
         self.input_ids = input_ids  # ids of world Tensors the inputs were at capture ({} mostly)
         self.replays = 0
-        #: the numpy arguments of the capture call, until a replay with other values has been
-        #: checked against a plain call (see JitFunction._replay)
+        #: the numpy arguments of the capture call, each until a replay with other values for
+        #: it has been checked against a plain call (see JitFunction._replay)
         self.first_values = None
         #: where the capture call wrote Python values (world.where_of): a next call that finds
         #: one of them changed found what this capture did, not what the user did

@@ -1748,3 +1748,25 @@ def test_a_sets_iteration_order_is_a_guard():
             terms.update(members[::-1])
         return _scale_changed_at_call_5(jit, lambda: 1.0 + sum(terms), refill)
     both(run, replays=3)
+
+
+def test_a_numpy_argument_computed_in_c_is_checked_when_it_first_changes():
+    """`np.eye(3)[y]` (label smoothing from numpy labels) is computed by numpy in C, where
+    needle cannot see; the first calls had the same labels and new images, so the check of
+    the first replay with new numpy values passed and later labels were silently the
+    capture's.  Each numpy argument is checked at its own first change."""
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, y):
+            opt.reset_grad()
+            target = np.eye(3, dtype=np.float32)[y] * 0.9 + 0.1 / 3
+            loss = -(ndl.ops.logsoftmax(model(ndl.Tensor(x))) * ndl.Tensor(target)).sum() / 4
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        labels = [np.array([0, 1, 2, 0])] * 3 + [np.array([2, 2, 1, 0]), np.array([1, 0, 0, 2])] * 3
+        return [f(batch(i)[0], labels[i]) for i in range(len(labels))] + model.parameters()
+    both(run, warns=r"differed from a plain call")
