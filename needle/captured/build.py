@@ -16,7 +16,7 @@ import numpy as np
 from ..autograd import Tensor, TensorTuple
 from ..backend_ndarray.device_identity import DeviceIdentity
 from ..backend_selection import array_api
-from .records import CONST, DRAW, OUT, SRC, Run, Source, layout, scalars_of
+from .records import CONST, DRAW, OUT, SRC, Run, ShapeChanged, Source, layout, scalars_of
 from .step import CapturedStep
 from .numpy_args import TracedArray, recipe_of
 from . import world_effects
@@ -75,10 +75,14 @@ class Builder:
         """Tensors made from numpy arguments (or from what numpy computed from them), or
         from numpy arrays the state holds, are inputs, made again at each replay from that
         replay's arguments, or that array as it is then."""
-        # (a computation from the numpy arguments that needle did not see is found by the
-        # check of the first replay whose arguments differ, see JitFunction._replay)
-        unseen = "a large numpy array the step's objects hold (not guarded by its values)" if any(
-            a.size > ARRAY_GUARD_SIZE for a in self.world.host_arrays) else ""
+        # (an array numpy made in the call, not traced from an argument nor read from the
+        # state, may still have been computed from a numpy argument in C where needle could
+        # not see: `np.eye(n)[labels]` indexes a new array with one.  With numpy arguments,
+        # such an array is no constant: the step runs plainly, saying so)
+        unseen = " or ".join(what for what, present in (
+            ("the numpy arguments", bool(self.call.values)),
+            ("a large numpy array the step's objects hold (not guarded by its values)",
+             any(a.size > ARRAY_GUARD_SIZE for a in self.world.host_arrays))) if present)
         for array, data, line in recorded:
             if not hasattr(data, "_handle"):
                 continue
@@ -278,7 +282,10 @@ def _converter(recipe, made):
     device, dtype = made.device, made.dtype
 
     def convert(values):
-        return array_api.array(recipe(values), device=device, dtype=dtype)
+        array = recipe(values)
+        if tuple(array.shape) != tuple(made.shape):
+            raise ShapeChanged()
+        return array_api.array(array, device=device, dtype=dtype)
     convert.made = made
     return convert
 

@@ -422,6 +422,7 @@ class JitFunction:
             if why is None:
                 holders = list(world.holders) + [t for t in call.inputs if id(t) not in world._holder_ids]
                 step = build(recorder, call, world, world.initial, result, holders, recorder.created_ids)
+                step.shape_checks = list(tracer.shape_reads)
                 self._computed_first(self._read_after_pending(world, step))
         except Unsupported as e:
             why = str(e)

@@ -10,6 +10,8 @@ import sys
 
 import numpy as np
 
+from .code import is_user_code
+
 class TracedArray(np.ndarray):
     """A numpy argument seen by the capture call, or an array numpy computed from one.
     `_needle` is (tracer, argument number, recipe): recipe(values) computes this array
@@ -67,6 +69,38 @@ class TracedArray(np.ndarray):
         if self.ndim == 1:
             self._note("a value read")
         return super().__iter__()
+
+    def __len__(self):
+        self._shape_read()
+        return np.ndarray.__len__(self)
+
+    @property
+    def shape(self):
+        self._shape_read()
+        return np.ndarray.shape.__get__(self)
+
+    @shape.setter
+    def shape(self, value):
+        np.ndarray.shape.__set__(self, value)
+
+    @property
+    def size(self):
+        self._shape_read()
+        return np.ndarray.size.__get__(self)
+
+    def _shape_read(self) -> None:
+        """The step's code read the shape of an array numpy computed from an argument
+        (len(np.unique(y))), which its values may decide: a guard, its recipe run at each
+        replay (an argument's own shape is part of the key)."""
+        tag = self._needle
+        frame = sys._getframe(2)
+        if tag is None or not isinstance(tag[2], functools.partial) and tag[2] is not None \
+                or not is_user_code(frame.f_code.co_filename):
+            return
+        if tag[2] is None:
+            tag[0].note(f"a shape read of an array computed from numpy argument {tag[1]}", frame)
+        else:
+            tag[0].shape_reads.append((tag[2], np.ndarray.shape.__get__(self)))
 
     def _method(name):
         def method(self, *args, **kwargs):

@@ -11,6 +11,11 @@ from ..ir.nodes import RuntimeScalar
 SRC, OUT, DRAW, CONST = range(4)
 
 
+class ShapeChanged(Exception):
+    """A numpy argument's values gave an array of another shape than at capture (np.unique,
+    x[y == 0]): the replay cannot run its kernels on it (the call captures again)."""
+
+
 def realized_array(tensor):
     """The realized NDArray of a tensor (computing it if it is pending)."""
     data = tensor._cached_data

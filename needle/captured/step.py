@@ -26,8 +26,8 @@ from ..autograd import Tensor
 from ..engine.realize import pending_sums
 from . import world_guards
 from .places import ALL, MISSING, GradOf, Slot, where_of
-from .records import (CONST, DRAW, OUT, REPLAYED, SRC, host_values, host_run, layout, place_in_pool, realized_array,
-                      templates_in)
+from .records import (CONST, DRAW, OUT, REPLAYED, SRC, ShapeChanged, host_values, host_run, layout, place_in_pool,
+                      realized_array, templates_in)
 STALE = object()  # a replay found a source gone or changed: the call takes another capture
 FAILS = object()  # an input check failed: the call runs plainly (and raises where a plain call does)
 
@@ -65,6 +65,9 @@ class CapturedStep:
         self.state = [k for k, s in enumerate(sources) if s.kind in ("slot", "object")]
         self.fresh = [(k, s) for k, s in enumerate(sources) if s.kind in ("input", "array")]
         self.found_pending = []  # state found pending by `_find` (see JitFunction._computed_first)
+        #: (recipe, shape) of arrays numpy computed from numpy arguments whose shape the step's
+        #: code read (len(np.unique(y))): the shape is a guard, the recipe run at each replay
+        self.shape_checks = []
         #: (arrays, state Tensors, their arrays, every source's Tensor) as the last replay left
         #: them: while the world holds and those Tensors hold those arrays, `resolve` is a look
         self.expected = None
@@ -96,7 +99,17 @@ class CapturedStep:
     # ---- phase 1: resolve ------------------------------------------------------------------------
     def resolve(self, call):
         """The arrays of the sources now and the state Tensors they come from, or STALE
-        (nothing is changed either way)."""
+        (nothing is changed either way; also when a numpy argument's values give an array
+        of another shape than at capture)."""
+        try:
+            for recipe, shape in self.shape_checks:
+                if recipe(call.values).shape != shape:
+                    return STALE
+            return self._resolve(call)
+        except ShapeChanged:
+            return STALE
+
+    def _resolve(self, call):
         expected = self.expected
         if expected is not None and not self.world.moved and not self.aliased and \
                 all(map(is_, map(_data, expected[1]), expected[2])):

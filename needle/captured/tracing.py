@@ -50,6 +50,7 @@ class Tracer:
         self.attributes = set()  # attribute names user code reads or writes
         self.touched = {}        # id(object) -> names of needle methods user code called on it
         self.effects = []        # (what, user line) a replay could not repeat
+        self.shape_reads = []    # (recipe, shape) of arrays computed from numpy arguments (numpy_args)
         #: user code looked names up at run time (getattr, vars, globals, eval): any attribute
         #: or global may have been read, so all of them are guards (nothing read at each replay)
         self.dynamic = False
