@@ -59,6 +59,8 @@ UNKEPT_LIMIT = 2
 #: calls in a row that captured, as a multiple of max_captures, after which a function
 #: that never replays runs plainly
 MISSES_LIMIT = 2
+#: changes of each numpy argument's values checked against a plain call (see _replay)
+CHANGES_CHECKED = 3
 #: calls in a row that captured because a Python number argument had a new value, or
 #: because the same guard had (a step counter kept on the model), after which a function
 #: runs plainly (each capture costs more than the plain call it replaces)
@@ -270,11 +272,11 @@ class JitFunction:
     def _replay(self, step, call, args, kwargs):
         if len(self.captures) > 1:
             self.captures.move_to_end(call.key)
-        # Checked against a plain call: each capture's first replay, and, until each numpy
-        # argument has had other values than at capture in a checked replay, every replay
-        # where one of them does (numpy may have computed from it where needle could not
-        # see, `np.eye(n)[labels]` in C; the first replays may have had the same labels
-        # and other images)
+        # Checked against a plain call: each capture's first replay, and every replay where
+        # a numpy argument has new values, for each argument's first CHANGES_CHECKED changes
+        # (numpy may compute from it where needle cannot see: TABLE[labels] indexes another
+        # array with it in C; the first replays may have had the same labels, or a change
+        # that the table maps alike)
         changed = _changed_values(step.first_values, call.values) if step.first_values else ()
         new_values = bool(changed)
         first = step.replays == 0
@@ -287,7 +289,11 @@ class JitFunction:
             result, difference = checked
             if new_values and difference is None:
                 for k in changed:
-                    del step.first_values[k]
+                    step.checks_left[k] -= 1
+                    if step.checks_left[k]:
+                        step.first_values[k] = np.array(call.values[k], copy=True)
+                    else:
+                        del step.first_values[k]
             if self.verified < self.verify:
                 self.verified += 1
                 if difference is not None:
@@ -437,6 +443,7 @@ class JitFunction:
         self._remember(result)
         if call.values and sum(v.nbytes for v in call.values.values()) <= FIRST_VALUES_BYTES:
             step.first_values = {k: np.array(v, copy=True) for k, v in call.values.items()}
+            step.checks_left = dict.fromkeys(call.values, CHANGES_CHECKED)
         self.captures.setdefault(call.key, []).append(step)
         self.captures.move_to_end(call.key)
         while sum(len(v) for v in self.captures.values()) > self.max_captures:

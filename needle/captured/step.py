@@ -81,6 +81,7 @@ class CapturedStep:
         #: the numpy arguments of the capture call, each until a replay with other values for
         #: it has been checked against a plain call (see JitFunction._replay)
         self.first_values = None
+        self.checks_left = {}  # ... and how many more of each one's changes are checked
         #: where the capture call wrote Python values (world.where_of): a next call that finds
         #: one of them changed found what this capture did, not what the user did
         self.changes = {where_of(*where) for kind, where, _, _, _ in writes if kind == "slot"}

@@ -1793,3 +1793,27 @@ def test_a_shape_numpy_computes_from_a_numpy_argument_is_a_guard():
         labels = [np.array([0, 1, 2, 0])] * 4 + [np.array([0, 0, 0, 2]), np.array([0, 1, 0, 0])] * 3
         return [f(batch(i)[0], labels[i]) for i in range(len(labels))] + model.parameters()
     both(run, replays=3)
+
+
+def test_a_value_numpy_computes_in_c_from_an_argument_is_checked_at_later_changes_too():
+    """float(TABLE[y].sum()): numpy indexes another array with the labels in C, where
+    needle cannot see.  The labels' first change maps alike (classes 0 and 1 weigh the
+    same), so the check of that change passes; the next change is checked too (each
+    argument's first three changes are), and the difference is found."""
+    table = np.array([1.0, 1.0, 2.0])
+
+    def run(jit):
+        model = small()
+        opt = optim.SGD(model.parameters(), lr=0.1)
+        targets = T([0, 1, 2, 0])
+
+        def step(x, y):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x), targets) * float(table[y].sum())
+            loss.backward()
+            opt.step()
+            return loss
+        f = jit(step)
+        sequence = [[0, 1, 2, 0]] * 3 + [[1, 0, 2, 1]] + [[2, 2, 2, 0]] * 4
+        return [f(T(batch(i)[0]), np.array(y)) for i, y in enumerate(sequence)] + model.parameters()
+    both(run, warns=r"differed from a plain call")
