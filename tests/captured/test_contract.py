@@ -1750,27 +1750,32 @@ def test_a_sets_iteration_order_is_a_guard():
     both(run, replays=3)
 
 
+def _labels_loop(jit, loss_of, labels):
+    """A SGD step whose loss `loss_of(model, x, y)` reads numpy labels `y`, over `labels`."""
+    model = small()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        opt.reset_grad()
+        loss = loss_of(model, x, y)
+        loss.backward()
+        opt.step()
+        return loss
+    f = jit(step)
+    return [f(batch(i)[0], np.array(y)) for i, y in enumerate(labels)] + model.parameters()
+
+
 def test_an_array_numpy_made_in_the_step_is_no_constant_beside_numpy_arguments():
     """`np.eye(3)[y]` (label smoothing from numpy labels) is computed by numpy in C, where
     needle cannot see; the first calls had the same labels and new images, so the check of
     the first replay with new numpy values passed and later labels were silently the
     capture's.  A Tensor made from an array numpy made in the step, beside numpy
     arguments, runs the step plainly, saying so."""
-    def run(jit):
-        model = small()
-        opt = optim.SGD(model.parameters(), lr=0.1)
-
-        def step(x, y):
-            opt.reset_grad()
-            target = np.eye(3, dtype=np.float32)[y] * 0.9 + 0.1 / 3
-            loss = -(ndl.ops.logsoftmax(model(ndl.Tensor(x))) * ndl.Tensor(target)).sum() / 4
-            loss.backward()
-            opt.step()
-            return loss
-        f = jit(step)
-        labels = [np.array([0, 1, 2, 0])] * 3 + [np.array([2, 2, 1, 0]), np.array([1, 0, 0, 2])] * 3
-        return [f(batch(i)[0], labels[i]) for i in range(len(labels))] + model.parameters()
-    both(run, warns=r"may have been computed from the numpy arguments")
+    def smoothed(model, x, y):
+        target = np.eye(3, dtype=np.float32)[y] * 0.9 + 0.1 / 3
+        return -(ndl.ops.logsoftmax(model(ndl.Tensor(x))) * ndl.Tensor(target)).sum() / 4
+    labels = [[0, 1, 2, 0]] * 3 + [[2, 2, 1, 0], [1, 0, 0, 2]] * 3
+    both(lambda jit: _labels_loop(jit, smoothed, labels), warns=r"may have been computed from the numpy arguments")
 
 
 def test_a_shape_numpy_computes_from_a_numpy_argument_is_a_guard():
@@ -1778,21 +1783,9 @@ def test_a_shape_numpy_computes_from_a_numpy_argument_is_a_guard():
     from it of another shape than at capture makes the call capture again (its kernels
     would have read the captured length), and so does a shape the step's code reads
     (len(np.unique(y)) as a number)."""
-    def run(jit):
-        model = small()
-        opt = optim.SGD(model.parameters(), lr=0.1)
-
-        def step(x, y):
-            opt.reset_grad()
-            rows = ndl.Tensor(x[y == 0])
-            loss = model(rows).sum() * len(np.unique(y))
-            loss.backward()
-            opt.step()
-            return loss
-        f = jit(step)
-        labels = [np.array([0, 1, 2, 0])] * 4 + [np.array([0, 0, 0, 2]), np.array([0, 1, 0, 0])] * 3
-        return [f(batch(i)[0], labels[i]) for i in range(len(labels))] + model.parameters()
-    both(run, replays=3)
+    labels = [[0, 1, 2, 0]] * 4 + [[0, 0, 0, 2], [0, 1, 0, 0]] * 3
+    both(lambda jit: _labels_loop(jit, lambda model, x, y: model(ndl.Tensor(x[y == 0])).sum() * len(np.unique(y)),
+                                  labels), replays=3)
 
 
 def test_a_value_numpy_computes_in_c_from_an_argument_is_checked_at_later_changes_too():
@@ -1801,19 +1794,7 @@ def test_a_value_numpy_computes_in_c_from_an_argument_is_checked_at_later_change
     same), so the check of that change passes; the next change is checked too (each
     argument's first three changes are), and the difference is found."""
     table = np.array([1.0, 1.0, 2.0])
-
-    def run(jit):
-        model = small()
-        opt = optim.SGD(model.parameters(), lr=0.1)
-        targets = T([0, 1, 2, 0])
-
-        def step(x, y):
-            opt.reset_grad()
-            loss = nn.SoftmaxLoss()(model(x), targets) * float(table[y].sum())
-            loss.backward()
-            opt.step()
-            return loss
-        f = jit(step)
-        sequence = [[0, 1, 2, 0]] * 3 + [[1, 0, 2, 1]] + [[2, 2, 2, 0]] * 4
-        return [f(T(batch(i)[0]), np.array(y)) for i, y in enumerate(sequence)] + model.parameters()
-    both(run, warns=r"differed from a plain call")
+    targets = T([0, 1, 2, 0])
+    labels = [[0, 1, 2, 0]] * 3 + [[1, 0, 2, 1]] + [[2, 2, 2, 0]] * 4
+    both(lambda jit: _labels_loop(jit, lambda model, x, y: nn.SoftmaxLoss()(model(ndl.Tensor(x)), targets)
+                                  * float(table[y].sum()), labels), warns=r"differed from a plain call")
