@@ -277,7 +277,7 @@ class JitFunction:
         # (numpy may compute from it where needle cannot see: TABLE[labels] indexes another
         # array with it in C; the first replays may have had the same labels, or a change
         # that the table maps alike)
-        changed = _changed_values(step.first_values, call.values) if step.first_values else ()
+        changed = _changed_values(step.unchecked, call.values) if step.unchecked else ()
         new_values = bool(changed)
         first = step.replays == 0
         if self.verified < self.verify or first or new_values:
@@ -289,11 +289,11 @@ class JitFunction:
             result, difference = checked
             if new_values and difference is None:
                 for k in changed:
-                    step.checks_left[k] -= 1
-                    if step.checks_left[k]:
-                        step.first_values[k] = np.array(call.values[k], copy=True)
+                    left = step.unchecked[k][1] - 1
+                    if left:
+                        step.unchecked[k] = (np.array(call.values[k], copy=True), left)
                     else:
-                        del step.first_values[k]
+                        del step.unchecked[k]
             if self.verified < self.verify:
                 self.verified += 1
                 if difference is not None:
@@ -428,7 +428,7 @@ class JitFunction:
             if why is None:
                 holders = list(world.holders) + [t for t in call.inputs if id(t) not in world._holder_ids]
                 step = build(recorder, call, world, world.initial, result, holders, recorder.created_ids)
-                step.shape_checks = list(tracer.shape_reads)
+                step.shape_checks = list(tracer.shape_reads.values())
                 self._computed_first(self._read_after_pending(world, step))
         except Unsupported as e:
             why = str(e)
@@ -442,8 +442,7 @@ class JitFunction:
             return result
         self._remember(result)
         if call.values and sum(v.nbytes for v in call.values.values()) <= FIRST_VALUES_BYTES:
-            step.first_values = {k: np.array(v, copy=True) for k, v in call.values.items()}
-            step.checks_left = dict.fromkeys(call.values, CHANGES_CHECKED)
+            step.unchecked = {k: (np.array(v, copy=True), CHANGES_CHECKED) for k, v in call.values.items()}
         self.captures.setdefault(call.key, []).append(step)
         self.captures.move_to_end(call.key)
         while sum(len(v) for v in self.captures.values()) > self.max_captures:
@@ -479,9 +478,9 @@ def _pending(value) -> list:
             for n in pending_nodes(t)]
 
 
-def _changed_values(before: dict, now: dict) -> list:
-    """The numpy arguments (by position) whose values differ from `before`'s."""
-    return [k for k, a in before.items() if not np.array_equal(a, now[k])]
+def _changed_values(unchecked: dict, now: dict) -> list:
+    """The numpy arguments (by position) whose values differ from the last checked ones."""
+    return [k for k, (a, _) in unchecked.items() if not np.array_equal(a, now[k])]
 
 
 def _number_changed(before, now):

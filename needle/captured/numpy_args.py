@@ -93,14 +93,17 @@ class TracedArray(np.ndarray):
         (len(np.unique(y))), which its values may decide: a guard, its recipe run at each
         replay (an argument's own shape is part of the key)."""
         tag = self._needle
-        frame = sys._getframe(2)
-        if tag is None or not isinstance(tag[2], functools.partial) and tag[2] is not None \
-                or not is_user_code(frame.f_code.co_filename):
+        if tag is None:
             return
-        if tag[2] is None:
-            tag[0].note(f"a shape read of an array computed from numpy argument {tag[1]}", frame)
-        else:
-            tag[0].shape_reads.append((tag[2], np.ndarray.shape.__get__(self)))
+        tracer, number, recipe = tag
+        root = recipe is not None and not isinstance(recipe, functools.partial)  # (the argument itself)
+        frame = sys._getframe(2)
+        if root or not is_user_code(frame.f_code.co_filename):
+            return
+        if recipe is None:
+            tracer.note(f"a shape read of an array computed from numpy argument {number}", frame)
+        else:  # (one guard an array, however often its shape is read)
+            tracer.shape_reads.setdefault(id(recipe), (recipe, np.ndarray.shape.__get__(self)))
 
     def _method(name):
         def method(self, *args, **kwargs):

@@ -78,10 +78,9 @@ class CapturedStep:
         self.result = result        # template of the return value
         self.input_ids = input_ids  # ids of world Tensors the inputs were at capture ({} mostly)
         self.replays = 0
-        #: the numpy arguments of the capture call, each until a replay with other values for
-        #: it has been checked against a plain call (see JitFunction._replay)
-        self.first_values = None
-        self.checks_left = {}  # ... and how many more of each one's changes are checked
+        #: flat position -> (values last checked, changes left to check) of the numpy
+        #: arguments whose new values a replay checks against a plain call (JitFunction._replay)
+        self.unchecked = {}
         #: where the capture call wrote Python values (world.where_of): a next call that finds
         #: one of them changed found what this capture did, not what the user did
         self.changes = {where_of(*where) for kind, where, _, _, _ in writes if kind == "slot"}

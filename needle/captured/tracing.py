@@ -50,7 +50,7 @@ class Tracer:
         self.attributes = set()  # attribute names user code reads or writes
         self.touched = {}        # id(object) -> names of needle methods user code called on it
         self.effects = []        # (what, user line) a replay could not repeat
-        self.shape_reads = []    # (recipe, shape) of arrays computed from numpy arguments (numpy_args)
+        self.shape_reads = {}    # id(recipe) -> (recipe, shape): arrays computed from numpy arguments (numpy_args)
         #: user code looked names up at run time (getattr, vars, globals, eval): any attribute
         #: or global may have been read, so all of them are guards (nothing read at each replay)
         self.dynamic = False
@@ -107,7 +107,7 @@ class Tracer:
                 self.note(f"a random generator other than numpy's global one ({arg.__qualname__})", frame)
             elif arg in _HOST_BUILTINS or _of_host_module(owner):
                 self.note(f"{getattr(arg, '__qualname__', arg)}()", frame)
-            elif isinstance(owner, np.ndarray) and id(owner) in self.world.unguarded_array_ids():
+            elif isinstance(owner, np.ndarray) and id(owner) in self.world.unguarded_arrays:
                 self.note(f"ndarray.{arg.__name__}() of a numpy array too big to guard by its values", frame)
             elif _reaches_the_host(arg, ()):  # (a file's, sys.stdout's or a StringIO's read or write; os.stat)
                 self.note(f"{_call_name(arg)}()", frame)

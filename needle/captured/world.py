@@ -100,7 +100,7 @@ class World:
         self.moved = False     # changed() let a slot hold another Tensor: aliases need a look
         self.unguardable = ""  # why the world cannot be guarded (too big, an iterator), if so
         self.big_arrays = []   # (array, checksum, path): arrays too big to copy, guarded by a checksum
-        self.unguarded_arrays = []  # arrays past CHECKSUM_GUARD_BYTES
+        self.unguarded_arrays = {}  # id -> array past CHECKSUM_GUARD_BYTES
         self.thread = None     # the capturing thread, where a threading.local was met (a guard)
         self._decimal_guarded = False
         self.ordered, self.orders, self.order_paths = [], [], []  # dicts of several keys, their keys' order
@@ -173,8 +173,12 @@ class World:
                 if isinstance(value, (set, frozenset)):  # (its members: a hook object's attributes)
                     stack.extend((v, f"{path}{{member}}") for v in value if not isinstance(v, SIMPLE))
             elif isinstance(value, np.ndarray):
-                if value.dtype == object:  # (its members: by identity here, their contents walked below)
+                if value.dtype == object:  # (its members: by identity, and what they hold: `table[0]["scale"]`)
+                    if value.size > ARRAY_GUARD_SIZE:
+                        self.unguardable = f"it reaches a numpy array of {value.size} objects at {path}"
+                        return
                     self.add_globals(Read(functools.partial(_member_ids, value)), ("value",), path)
+                    stack.extend((v, f"{path}.flat[{i}]") for i, v in enumerate(value.flat))
                 elif value.size <= ARRAY_GUARD_SIZE:
                     self._array_bytes += value.nbytes
                     if self._array_bytes > ARRAY_GUARD_BYTES:
@@ -187,12 +191,7 @@ class World:
                     if self._checksum_bytes <= CHECKSUM_GUARD_BYTES:
                         self.big_arrays.append((value, _fingerprint(value), path))
                     else:
-                        self.unguarded_arrays.append(value)
-                if value.dtype == object:  # (what its elements hold: `table[0]["scale"]`)
-                    if value.size > ARRAY_GUARD_SIZE:
-                        self.unguardable = f"it reaches a numpy array of {value.size} objects at {path}"
-                        return
-                    stack.extend((v, f"{path}.flat[{i}]") for i, v in enumerate(value.flat))
+                        self.unguarded_arrays[id(value)] = value
                 self.host_arrays.append(value)
             elif isinstance(value, (np.random.Generator, np.random.RandomState, random.Random)):
                 # (the global ones are checked apart; a SystemRandom has no state: its draws read
@@ -355,9 +354,6 @@ class World:
         """(array, path) of the first array guarded by its checksum that changed since it
         was found, or None."""
         return next(((a, path) for a, before, path in self.big_arrays if _fingerprint(a) != before), None)
-
-    def unguarded_array_ids(self) -> set:
-        return set(map(id, self.unguarded_arrays))
 
     def settle(self, realize, made=()) -> None:
         """Compute the state found pending (what code outside the call left to compute), so

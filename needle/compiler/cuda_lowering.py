@@ -254,9 +254,8 @@ def matmul(low) -> K.Kernel:
                        lambda ri, ci: K.affine([(ci, BM), (ri, 1)]))       # As[k][m]
     load_b = load_tile("Bs", b, KD, N, "b_row", "b_col", BK, BN, kbase, n0,
                        lambda ri, ci: K.affine([(ri, BN), (ci, 1)]))       # Bs[k][n]
-    fma = K.Store("acc", acc_at, K.Binary("add", K.Load("acc", acc_at, dtype),
-                                          K.Binary("mul", K.Load("ra", i, dtype), K.Load("rb", j, dtype), dtype, contract=True),
-                                          dtype))
+    product = K.Binary("mul", K.Load("ra", i, dtype), K.Load("rb", j, dtype), dtype, contract=True)
+    fma = K.Store("acc", acc_at, K.Binary("add", K.Load("acc", acc_at, dtype), product, dtype))
     step = K.Loop("kk", BK, [
         K.Loop("i", TM, [K.Store("ra", i, K.Load("As", K.affine([(kk, BM), (ty, 1), (i, TY)]), dtype))], "unroll"),
         K.Loop("j", TN, [K.Store("rb", j, K.Load("Bs", K.affine([(kk, BN), (tx, 1), (j, TX)]), dtype))], "unroll"),

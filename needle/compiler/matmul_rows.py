@@ -48,9 +48,10 @@ SMALL_DEPTH = 16
 def suits(m, target, small: bool, b_packed) -> bool:
     """Whether matmul `m` (A (.., M, K) @ B (.., K, N)) streams B's rows: at least one
     AVX2 vector of columns (on AVX-512 too: 8 to 15 float columns had taken the plain
-    nest, whose dot products sum in order, one fma after another), and few rows of C (ROWS_ALWAYS, or ROWS_MAX where the tiling
-    would pack B: `b_packed()`), or too little work to tile (`small`: the plain nest's
-    dot products would read B down its columns) over at least SMALL_DEPTH steps of K.
+    nest, whose dot products sum in order, one fma after another), and few rows of C
+    (ROWS_ALWAYS, or ROWS_MAX where the tiling would pack B: `b_packed()`), or too little
+    work to tile (`small`: the plain nest's dot products would read B down its columns)
+    over at least SMALL_DEPTH steps of K.
     (B must also be contiguous along its columns: `b_row`.)"""
     M, N, depth = m.shape[-2], m.shape[-1], m.srcs[0].shape[-1]
     lanes = min(target.vector_bytes, 32) // itemsize(m.dtype)  # (an AVX2 vector: AVX-512's narrower ones too)
