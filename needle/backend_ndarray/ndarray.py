@@ -29,7 +29,7 @@ DEFAULT_DEVICE = None
 class NDArray(StridedViews, ArrayOperators):
     """A strided view on device storage.  `strides` and `offset` are in elements."""
 
-    __slots__ = ("_shape", "_strides", "_offset", "_device", "_handle", "_dtype", "_np", "__weakref__")
+    __slots__ = ("_shape", "_strides", "_offset", "_device", "_handle", "_dtype", "_np", "_address", "__weakref__")
     __array_priority__ = 1000  # numpy defers `ndarray op NDArray` to us
 
     def __init__(self, other, device=None, dtype=None):
@@ -51,8 +51,18 @@ class NDArray(StridedViews, ArrayOperators):
     def _init_from(self, other: "NDArray") -> None:
         self._shape, self._strides, self._offset = other._shape, other._strides, other._offset
         self._device, self._handle, self._dtype, self._np = other._device, other._handle, other._dtype, None
+        self._address = other._address
 
     _init = _init_from  # the course's name
+
+    def __getstate__(self):
+        """Copied and pickled without the remembered address: a copy's storage is another."""
+        return None, {name: getattr(self, name) for name in self.__slots__ if name not in ("_address", "__weakref__")}
+
+    def __setstate__(self, state) -> None:
+        for name, value in state[1].items():
+            setattr(self, name, value)
+        self._address = None
 
     compact_strides = staticmethod(compact_strides)
 
@@ -76,6 +86,7 @@ class NDArray(StridedViews, ArrayOperators):
             handle = as_buffer(handle)  # host storage answers the course's `_handle.ptr()`
         array._handle = handle
         array._np = None
+        array._address = None  # (host storage: its first element's address, once a kernel has read it)
         return array
 
     def _view(self, shape, strides, offset) -> "NDArray":

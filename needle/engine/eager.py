@@ -14,15 +14,17 @@ that key and runs it on the operands directly.
 from __future__ import annotations
 
 import time
+import weakref
 
 from .. import config, observing
 from ..compiler.schedule import structure
 from ..ir import build
-from ..runtime import counters
+from ..runtime.counters import COUNTERS
 from . import backends, schedule_cache
 
-#: (op, operands' layouts and aliasing, target) -> (structure key, operand of each
-#: leaf slot, whether it takes the scalar); bounded: cleared when it grows past this
+#: (op, operands' layouts and aliasing, target) -> [structure key, operand of each leaf
+#: slot, whether it takes the scalar, a weak reference to the compiled schedule last found,
+#: the schedule cache's removal count then]; bounded: cleared when it grows past this
 _KNOWN = {}
 KNOWN_MAX = 4096
 
@@ -40,7 +42,7 @@ def _run(op_key, build_node, *arrays, scalar=None):
                tuple([a is b for a in arrays for b in arrays]), target)
         known = _KNOWN.get(key)
         if known is not None:
-            entry = cache.find(known[0], target)
+            entry = _remembered(known, cache, target)
             if entry is not None:
                 scalars = [build.scalar_value(scalar, arrays[0].dtype)] if known[2] else []
                 return _launch(entry, [arrays[i] for i in known[1]], scalars, device)
@@ -51,10 +53,31 @@ def _run(op_key, build_node, *arrays, scalar=None):
         signature = structure([node])
         if len(_KNOWN) >= KNOWN_MAX:
             _KNOWN.clear()
-        _KNOWN[key] = (signature.key, [_position(leaf, arrays) for leaf in signature.leaves],
-                       bool(signature.scalars))
+        _KNOWN[key] = [signature.key, [_position(leaf, arrays) for leaf in signature.leaves],
+                       bool(signature.scalars), _dead, -1]
     schedule_cache.realize([node])
     return node.arg
+
+
+def _dead():
+    return None
+
+
+def _remembered(known, cache, target):
+    """The compiled schedule of `known`: the one found last time while the cache has
+    let no schedule go since (a repeated op skips the cache's lookup: hashing its key
+    and moving it to the recent end cost more than a small kernel runs), else looked
+    up again, which also marks it recently used.  Held weakly: the cache's bounds
+    decide what stays in memory."""
+    removals = cache.entries.removals
+    if known[4] == removals:
+        entry = known[3]()
+        if entry is not None:
+            return entry
+    entry = cache.find(known[0], target)
+    if entry is not None:
+        known[3], known[4] = weakref.ref(entry), removals
+    return entry
 
 
 def _position(leaf, arrays) -> int:
@@ -62,11 +85,12 @@ def _position(leaf, arrays) -> int:
 
 
 def _launch(entry, leaves, scalars, device):
-    counters.add("schedule_cache_hits")
+    counts = COUNTERS
+    counts["schedule_cache_hits"] += 1  # (counters.add, without the calls: every eager op)
     t0 = time.perf_counter()
     (out,) = entry.run(leaves, scalars, device)
-    counters.add("run_seconds", time.perf_counter() - t0)
-    counters.add("schedules")
+    counts["run_seconds"] += time.perf_counter() - t0
+    counts["schedules"] += 1
     return out
 
 

@@ -110,7 +110,10 @@ class CompiledSchedule(ScheduleRunner):
                 handle, found = self.spares.take(k, self, size, dtype) if size else self.new_output(size, dtype)
                 slots[slot] = found
                 outputs.append(self.output_array(handle, shape, dtype, device, found))
-            self.launch_with_temps(args, slots, lambda: self.launch_all(args))
+            if self.temp_slots:
+                self.launch_with_temps(args, slots, lambda: self.launch_all(args))
+            else:
+                self.launch_all(args)
         finally:
             self.tables_free.release()
         COUNTERS["kernels_launched"] += self.n_calls
@@ -128,15 +131,17 @@ class CompiledSchedule(ScheduleRunner):
             self.tables_free.release()
 
     def bind_leaves(self, args, slots, leaves) -> None:
-        """Each leaf's address, `address(handle)`'s remembered value read in place: two
-        calls a leaf less on every run's path."""
-        for i, leaf in enumerate(leaves):
-            handle = leaf._handle
-            try:
-                base = handle._needle_address
-            except AttributeError:
-                base = address(handle)
-            slots[i] = base + leaf._offset * handle.itemsize
+        """Each leaf's address, remembered on the NDArray (`_address`): a replay binds
+        every parameter and state array of a step, and reading one object per leaf
+        instead of the array, its storage and the storage's attributes is what counts
+        when a step's kernels have pushed those objects out of the cache."""
+        found = [leaf._address for leaf in leaves]
+        if None in found:
+            for i, leaf in enumerate(leaves):
+                if found[i] is None:
+                    handle = leaf._handle
+                    found[i] = leaf._address = address(handle) + leaf._offset * handle.itemsize
+        slots[:len(found)] = found
 
     def new_output(self, size, dtype):
         buffer, found = host_memory.empty_with_address(max(size, 1), DTYPES[dtype])
@@ -161,6 +166,7 @@ class CompiledSchedule(ScheduleRunner):
         array = NDArray.__new__(NDArray)
         array._shape, array._strides, array._offset = shape, self.output_strides[shape], 0
         array._device, array._handle, array._dtype, array._np = device, handle, dtype, None
+        array._address = address
         return array
 
     def acquire_temp(self, nbytes, args):

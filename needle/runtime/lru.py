@@ -27,6 +27,9 @@ class LRUCache:
         self.entries: "OrderedDict[object, tuple]" = OrderedDict()
         self.bytes = 0
         self.lock = threading.Lock()
+        #: values that left the cache so far (evicted, replaced, cleared): a caller that
+        #: remembers a value it found may use it without a `get` while this is unchanged
+        self.removals = 0
 
     def get(self, key):
         """The value under `key` (now the most recently used), or None."""
@@ -46,15 +49,18 @@ class LRUCache:
             old = self.entries.pop(key, None)
             if old is not None:
                 self.bytes -= old[1]
+                self.removals += 1
             self.entries[key] = (value, size)
             self.bytes += size
             while len(self.entries) > 1 and (len(self.entries) > max_items or self.bytes > max_bytes):
                 _, (_, dropped) = self.entries.popitem(last=False)
                 self.bytes -= dropped
+                self.removals += 1
                 counters.add(self.name + "_evictions")
 
     def clear(self) -> None:
         with self.lock:
+            self.removals += len(self.entries)
             self.entries.clear()
             self.bytes = 0
 

@@ -76,6 +76,60 @@ def test_a_repeated_eager_op_runs_its_compiled_schedule_directly(monkeypatch):
     assert len(graphs) == built + 1  # a new layout is a new graph
 
 
+def test_a_repeated_eager_op_follows_the_schedule_cache_letting_its_schedule_go(monkeypatch):
+    """A repeated op remembers the schedule it found (weakly) and skips the lookup only
+    while the cache has let nothing go since: with room for one schedule, two ops in
+    turn evict each other and each must be planned again, with the right values, and
+    a remembered schedule the cache let go is not kept alive."""
+    import gc
+    from needle import config
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((5, 7)).astype(np.float32)
+    a = nd.array(base, device=ndl.cpu())
+    cache = schedule_cache.CACHES["cpu"]
+    cache.clear()
+    monkeypatch.setattr(config, "SCHEDULE_CACHE_SIZE", 1)
+    graphs = []
+    original = schedule_cache.realize
+    monkeypatch.setattr(schedule_cache, "realize", lambda nodes: (graphs.append(nodes), original(nodes))[1])
+    for _ in range(3):
+        np.testing.assert_array_equal((a + a).numpy(), base + base)
+        np.testing.assert_array_equal((a * a).numpy(), base * base)
+    assert len(graphs) == 6  # each op evicted the other's schedule: planned again every time
+    monkeypatch.setattr(config, "SCHEDULE_CACHE_SIZE", 64)
+    (a - a).numpy()
+    (a - a).numpy()
+    assert len(graphs) == 7  # with room, the second is a remembered schedule
+    layout = (a._shape, a._strides, a._dtype)
+    known = eager._KNOWN[(("binary", "sub"), (layout, layout), (True, True, True, True), cache.target())]
+    assert known[3]() is not None
+    cache.clear()
+    gc.collect()
+    assert known[3]() is None  # the memo does not hold what the cache let go
+    np.testing.assert_array_equal((a - a).numpy(), base - base)
+    assert len(graphs) == 8
+
+
+def test_an_operand_s_remembered_address_is_its_view_s_first_element():
+    """Kernels read a leaf at the address remembered on the NDArray (set at its first
+    launch): views of one storage at other offsets, and an array made from another
+    (`_init_from`), each read their own elements."""
+    base = np.arange(48, dtype=np.float32).reshape(6, 8)
+    a = nd.array(base, device=ndl.cpu())
+    for rows in (slice(0, 2), slice(2, 4), slice(4, 6), slice(1, 3)):
+        np.testing.assert_array_equal((a[rows] + 1.0).numpy(), base[rows] + 1)
+        np.testing.assert_array_equal((a[rows] + 1.0).numpy(), base[rows] + 1)  # (remembered now)
+    copy = nd.NDArray(a[2:4])
+    np.testing.assert_array_equal((copy * 2.0).numpy(), base[2:4] * 2)
+    import copy as copying
+    import pickle
+    np.testing.assert_array_equal((a + 1.0).numpy(), base + 1)  # (a's address remembered)
+    copies = [copying.deepcopy(a), pickle.loads(pickle.dumps(a))]  # (other storage: no address of a's)
+    a[:, :] = nd.array(np.zeros((6, 8), dtype=np.float32), device=ndl.cpu())
+    for c in copies:
+        np.testing.assert_array_equal((c + 1.0).numpy(), base + 1)
+
+
 def test_an_eager_op_first_planned_inside_a_profile_runs_directly_afterwards(monkeypatch):
     # (a plan made while a profile stamps source lines also serves unstamped graphs; the
     # shortcut had looked for an unstamped plan only, and built a graph for every op after)
