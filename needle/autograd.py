@@ -418,13 +418,15 @@ class Tensor(TensorMethods, Value):
 
     @property
     def shape(self) -> tuple:
-        shape = self._data_or_compute().shape
+        data = self._cached_data  # (read several times by every op: written out)
+        shape = (data if data is not None else self.realize_cached_data()).shape
         return shape if type(shape) is tuple else tuple(shape)
 
     @property
     def dtype(self) -> str:
-        data = self._data_or_compute()
-        return data.dtype if isinstance(data.dtype, str) else data.dtype.name
+        data = self._cached_data
+        dtype = (data if data is not None else self.realize_cached_data()).dtype
+        return dtype if type(dtype) is str else dtype.name
 
     @property
     def device(self):

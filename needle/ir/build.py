@@ -36,17 +36,18 @@ NODE_TYPE = None
 
 
 def _new(op, srcs, arg, shape, dtype, device):
-    srcs = tuple(srcs)
+    if type(srcs) is not tuple:  # (every node of every graph comes through here)
+        srcs = tuple(srcs)
     for s in srcs:
         s.consumed = True
-    return NODE_TYPE(op, srcs, arg, tuple(shape), dtype, device,
+    return NODE_TYPE(op, srcs, arg, shape if type(shape) is tuple else tuple(shape), dtype, device,
                      ORIGIN.name if STAMP is None else STAMP(ORIGIN.name))
 
 
 # ---- loads ------------------------------------------------------------------------------------
 def buffer(array) -> Node:
     """A realized NDArray as a graph input (read through its own strides)."""
-    return _new("buffer", (), array, array.shape, array.dtype, array.device)
+    return _new("buffer", (), array, array._shape, array._dtype, array._device)
 
 
 def const(value, shape, dtype, device) -> Node:
