@@ -426,7 +426,7 @@ class Tensor(TensorMethods, Value):
     def dtype(self) -> str:
         data = self._cached_data
         dtype = (data if data is not None else self.realize_cached_data()).dtype
-        return dtype if type(dtype) is str else dtype.name
+        return dtype if isinstance(dtype, str) else dtype.name  # (a str subclass: numpy.str_, a str Enum)
 
     @property
     def device(self):

@@ -465,3 +465,15 @@ def test_numpy_scalars_and_arrays_on_the_left_give_tensors_with_gradients(expr):
     f = lambda v: float(np.sum(eval(expr.replace("np.float32", "np.float64"), {"np": np, "x": v})))  # noqa: E731
     expected = [(f(xs + h * e) - f(xs - h * e)) / (2 * h) for e in np.eye(3)]
     np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-3)
+
+
+def test_a_dtype_given_as_a_str_subclass_reads_back_as_its_name():
+    """numpy's str_ and a str Enum name a dtype as well as a str (dtype_name keeps them)."""
+    import enum
+
+    class DT(str, enum.Enum):
+        F32 = "float32"
+    for dtype in (np.array(["float32"])[0], DT.F32):
+        t = ndl.Tensor(np.ones(3, np.float32), dtype=dtype)
+        assert t.dtype == "float32"
+        assert (t + 1).dtype == "float32"

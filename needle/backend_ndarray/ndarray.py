@@ -26,6 +26,10 @@ from ..shapes import broadcast_shapes, compact_strides, matmul_shapes, normalize
 DEFAULT_DEVICE = None
 
 
+#: an NDArray's slots that a copy or a pickle leaves out (see NDArray.__getstate__)
+_NOT_COPIED = ("_address", "_np", "__weakref__", "__dict__")
+
+
 class NDArray(StridedViews, ArrayOperators):
     """A strided view on device storage.  `strides` and `offset` are in elements."""
 
@@ -56,13 +60,20 @@ class NDArray(StridedViews, ArrayOperators):
     _init = _init_from  # the course's name
 
     def __getstate__(self):
-        """Copied and pickled without the remembered address: a copy's storage is another."""
-        return None, {name: getattr(self, name) for name in self.__slots__ if name not in ("_address", "__weakref__")}
+        """Copied and pickled without what belongs to this storage: the remembered address
+        and the cached numpy view (a copy's storage is another).  A subclass's slots and
+        `__dict__` come along."""
+        slots = {name: getattr(self, name) for cls in type(self).__mro__ for name in getattr(cls, "__slots__", ())
+                 if name not in _NOT_COPIED and hasattr(self, name)}
+        return getattr(self, "__dict__", None), slots
 
     def __setstate__(self, state) -> None:
-        for name, value in state[1].items():
+        attributes, slots = state
+        if attributes:
+            self.__dict__.update(attributes)
+        for name, value in slots.items():
             setattr(self, name, value)
-        self._address = None
+        self._address, self._np = None, None
 
     compact_strides = staticmethod(compact_strides)
 

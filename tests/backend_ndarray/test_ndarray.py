@@ -813,3 +813,34 @@ def test_a_zero_copy_result_stays_valid_after_its_tensor_and_later_work():
     for k in range(20):  # fresh schedules and pooled temps of the same size
         ((x * float(k) + 3.0).exp().sum()).numpy()
     np.testing.assert_array_equal(out, want)
+
+
+class _Tagged(nd.NDArray):  # (module level: pickled by name)
+    pass
+
+
+class _Slotted(nd.NDArray):
+    __slots__ = ("tag",)
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_a_copy_keeps_a_subclass_s_attributes_and_drops_what_belongs_to_the_storage(how):
+    """A copy or pickle of an NDArray (or of a subclass: its __dict__, its own slots)
+    keeps its fields, not the remembered address or the cached numpy view of the
+    original's storage: a write into a deep copy shows in its kernels and its numpy()."""
+    import copy
+    import pickle
+    take = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": lambda x: pickle.loads(pickle.dumps(x))}[how]
+    base = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tagged, slotted = _Tagged(base, device=nd.cpu()), _Slotted(base, device=nd.cpu())
+    tagged.name, slotted.tag = "weights", 1
+    for a in (tagged, slotted):
+        a.numpy()
+        (a + 1.0).numpy()  # (the address and the numpy view are remembered now)
+    c, s = take(tagged), take(slotted)
+    assert c.name == "weights" and s.tag == 1
+    np.testing.assert_array_equal((s + 1.0).numpy(), base + 1)
+    if how != "copy":  # (a shallow copy shares the storage)
+        c[0, 0] = 7.0
+        assert (c + 0.0).numpy()[0, 0] == 7.0 and c.numpy()[0, 0] == 7.0
+        assert tagged.numpy()[0, 0] == 0.0
