@@ -9,7 +9,8 @@ launches the cached kernel.
 On cpu() a repeated op skips the graph too: the first time an op meets operands
 of a given shape, layout and dtype, it remembers the structure key of the graph
 it built (and where its operands go); later it finds the compiled schedule with
-that key and runs it on the operands directly.
+that key and runs it on the operands directly (while the cache has let nothing go,
+the schedule it found last, without a lookup).
 """
 from __future__ import annotations
 
