@@ -15,6 +15,8 @@
   their line (the global RNGs are compared before and after instead).  A profile hook of the user's written in
   Python gets every event through this one; code that switches the hook itself (a
   profiler enabled inside the step) is a host effect too: it would blind the capture.
+  What finalizers do while this thread collects garbage is not the step's: the
+  collection runs where allocation happens to trigger it.
 
 Numpy arguments are traced by numpy_args.py; the notes of what they do come here.
 """
@@ -22,9 +24,11 @@ from __future__ import annotations
 
 import _lsprof
 import builtins
+import gc
 import io
 import os
 import sys
+import threading
 import types
 
 import numpy as np
@@ -54,6 +58,10 @@ class Tracer:
         #: user code looked names up at run time (getattr, vars, globals, eval): any attribute
         #: or global may have been read, so all of them are guards (nothing read at each replay)
         self.dynamic = False
+        #: this thread is collecting garbage: what finalizers do then (a __del__, a weakref
+        #: callback of an object an earlier step left in a cycle) is not the step's
+        self.collecting = False
+        self.thread = threading.get_ident()
 
     def __enter__(self):
         self.previous = sys.getprofile()
@@ -63,12 +71,18 @@ class Tracer:
         recorder = capture.current()
         if recorder is not None:
             recorder.quiet_hook = self.chained
+        gc.callbacks.append(self._collection)
         sys.setprofile(self._event)
         return self
 
     def __exit__(self, *exc):
         capture.set_profile(self.previous)  # (a cProfile around the loop: enabled again)
+        gc.callbacks.remove(self._collection)
         return False
+
+    def _collection(self, phase, info) -> None:
+        if threading.get_ident() == self.thread:  # (another thread's collection is not this call's)
+            self.collecting = phase == "start"
 
     def note(self, what: str, frame=None) -> None:
         self.effects.append((what, line_of(frame or sys._getframe(1))))
@@ -76,6 +90,8 @@ class Tracer:
     def _event(self, frame, event, arg) -> None:
         if self.chained is not None:
             self.chained(frame, event, arg)
+        if self.collecting:
+            return
         if event == "c_call" and _switches_profile(arg) and not frame.f_code.co_filename.startswith(_NEEDLE_DIR):
             self.note(f"{getattr(arg, '__qualname__', arg)}() (it takes the hook through which needle watches the "
                       "call)", frame)
