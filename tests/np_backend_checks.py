@@ -95,4 +95,9 @@ assert y.shape == () and float(y.numpy()) == x.numpy()[1, 2] and x.grad.numpy()[
 # a [False] mask times another stays a mask (the operator had asked it for its truth)
 m = ndl.Tensor(np.array([False])) * ndl.Tensor(np.array([True]))
 assert m.dtype == "bool" and not m.numpy()[0]
+# softmax and logsoftmax over an empty axis are empty, logsumexp there is log(0) = -inf,
+# as torch gives and the compiled backends (numpy's max of nothing had raised)
+e = ndl.Tensor(np.zeros((3, 0), np.float32))
+assert ndl.ops.logsoftmax(e, axis=1).shape == (3, 0) and ndl.nn.functional.softmax(e, 1).shape == (3, 0)
+np.testing.assert_array_equal(e.logsumexp(axes=(1,)).numpy(), [-np.inf] * 3)
 print("ok")

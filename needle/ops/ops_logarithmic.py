@@ -11,7 +11,10 @@ from .ops_mathematic import broadcast_to, exp, log, reshape, summation
 
 def _stable_max(z, axes):
     """max over axes with keepdims, replaced by 0 where it is not finite, so that
-    z - max never makes inf - inf (all -inf rows give -inf, as they should)."""
+    z - max never makes inf - inf (all -inf rows give -inf, as they should); 0 over an
+    empty axis (numpy's max of nothing raises; the sum of nothing is 0 either way)."""
+    if any(z.shape[a] == 0 for a in axes):
+        return A.zeros(tuple(1 if i in axes else s for i, s in enumerate(z.shape)), z)
     m = A.amax(z, axis=axes, keepdims=True)
     finite = (m - m) == 0  # false for inf and nan
     return A.where(finite, m, A.zeros(m.shape, m))
@@ -46,11 +49,8 @@ class LogSumExp(TensorOp):
 
 def _shifted_log_total(z, axes):
     """(log(sum(exp(z - m))) and m over `axes`, both kept as size 1, the reduced shape):
-    m the stable max, so exp cannot overflow."""
+    m the stable max, so exp cannot overflow.  Over an empty axis, log(0) = -inf, as torch."""
     axes = normalize_axes("logsumexp", axes, z.ndim, z.shape)
-    for ax in axes:
-        if z.shape[ax] == 0:
-            raise ShapeError(f"logsumexp: cannot reduce over empty axis {ax} of shape {fmt_shape(z.shape)}")
     m = _stable_max(z, axes)
     log_total = A.log(A.summation(A.exp(z - A.broadcast_to(m, z.shape)), axis=axes, keepdims=True))
     return log_total, m, tuple(s for i, s in enumerate(z.shape) if i not in axes)

@@ -447,7 +447,8 @@ class _Builder:
 
     def _axes(self, shape, nonempty: bool):
         """None, an int or a tuple of axes (negative now and then); with `nonempty`
-        only axes of nonzero size (max and logsumexp of an empty axis are errors)."""
+        only axes of nonzero size (max of an empty axis is an error; logsumexp's, -inf, is
+        tested by hand: the numpy reference below takes a max)."""
         ndim = len(shape)
         allowed = [i for i in range(ndim) if not nonempty or shape[i] > 0]
         mode = self.draw(st.integers(0, 2))

@@ -113,3 +113,15 @@ def test_cross_entropy_near_zero_keeps_float32_precision(logits):
     labels = ndl.Tensor(np.array([0.0], "float32"), requires_grad=False)
     for loss in (nn.SoftmaxLoss()(ndl.Tensor(z), labels), nn.functional.cross_entropy(ndl.Tensor(z), labels)):
         assert abs(float(loss.numpy()) - exact) <= 2.5e-7, (float(loss.numpy()), exact)
+
+
+def test_log_softmax_and_logsumexp_over_an_empty_axis_follow_torch():
+    # (logsumexp raised a ShapeError; torch gives log(0) = -inf, and its gradient is empty)
+    z = ndl.Tensor(np.zeros((3, 0), "float32"), requires_grad=True)
+    np.testing.assert_array_equal(z.logsumexp(axes=(1,)).numpy(), np.full(3, -np.inf, "float32"))
+    assert ops.logsoftmax(z, axis=1).shape == (3, 0) and nn.functional.softmax(z, 1).shape == (3, 0)
+    z.logsumexp(axes=(1,)).sum().backward()
+    assert z.grad.shape == (3, 0)
+    w = ndl.Tensor(np.array([[1.0, 2.0], [3.0, -1.0]], "float32"))  # (and a nonempty axis beside an empty one)
+    np.testing.assert_allclose(w.logsumexp(axes=(1,)).numpy(), np.log(np.exp([[1.0, 2.0], [3.0, -1.0]]).sum(1)),
+                               rtol=1e-6)
