@@ -15,8 +15,9 @@
   their line (the global RNGs are compared before and after instead).  A profile hook of the user's written in
   Python gets every event through this one; code that switches the hook itself (a
   profiler enabled inside the step) is a host effect too: it would blind the capture.
-  What finalizers do while this thread collects garbage is not the step's: the
-  collection runs where allocation happens to trigger it.
+  What runs while this thread collects garbage (finalizers, other libraries' gc
+  callbacks) is not the step's: the collection runs where allocation happens to
+  trigger it.
 
 Numpy arguments are traced by numpy_args.py; the notes of what they do come here.
 """
@@ -71,18 +72,26 @@ class Tracer:
         recorder = capture.current()
         if recorder is not None:
             recorder.quiet_hook = self.chained
-        gc.callbacks.append(self._collection)
+        # first to hear a collection start and last to hear it stop: other libraries' gc
+        # callbacks run inside it (hypothesis and jax time collections with perf_counter)
+        gc.callbacks.insert(0, self._collection_starts)
+        gc.callbacks.append(self._collection_stops)
         sys.setprofile(self._event)
         return self
 
     def __exit__(self, *exc):
         capture.set_profile(self.previous)  # (a cProfile around the loop: enabled again)
-        gc.callbacks.remove(self._collection)
+        gc.callbacks.remove(self._collection_starts)
+        gc.callbacks.remove(self._collection_stops)
         return False
 
-    def _collection(self, phase, info) -> None:
-        if threading.get_ident() == self.thread:  # (another thread's collection is not this call's)
-            self.collecting = phase == "start"
+    def _collection_starts(self, phase, info) -> None:
+        if phase == "start" and threading.get_ident() == self.thread:  # (not another thread's)
+            self.collecting = True
+
+    def _collection_stops(self, phase, info) -> None:
+        if phase == "stop" and threading.get_ident() == self.thread:
+            self.collecting = False
 
     def note(self, what: str, frame=None) -> None:
         self.effects.append((what, line_of(frame or sys._getframe(1))))
