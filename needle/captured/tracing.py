@@ -59,8 +59,8 @@ class Tracer:
         #: user code looked names up at run time (getattr, vars, globals, eval): any attribute
         #: or global may have been read, so all of them are guards (nothing read at each replay)
         self.dynamic = False
-        #: this thread is collecting garbage: what finalizers do then (a __del__, a weakref
-        #: callback of an object an earlier step left in a cycle) is not the step's
+        #: this thread is collecting garbage: what runs then (a __del__ or weakref callback of
+        #: an object an earlier step left in a cycle, another library's gc callback) is not the step's
         self.collecting = False
         self.thread = threading.get_ident()
 
