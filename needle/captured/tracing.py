@@ -15,9 +15,9 @@
   their line (the global RNGs are compared before and after instead).  A profile hook of the user's written in
   Python gets every event through this one; code that switches the hook itself (a
   profiler enabled inside the step) is a host effect too: it would blind the capture.
-  What runs while this thread collects garbage (finalizers, other libraries' gc
-  callbacks) is not the step's: the collection runs where allocation happens to
-  trigger it.
+  What runs while this thread collects garbage that allocation triggered (finalizers,
+  other libraries' gc callbacks) is not the step's: such a collection runs wherever
+  allocation happens to trigger it.  A `gc.collect()` the step calls is the step's.
 
 Numpy arguments are traced by numpy_args.py; the notes of what they do come here.
 """
@@ -59,9 +59,11 @@ class Tracer:
         #: user code looked names up at run time (getattr, vars, globals, eval): any attribute
         #: or global may have been read, so all of them are guards (nothing read at each replay)
         self.dynamic = False
-        #: this thread is collecting garbage: what runs then (a __del__ or weakref callback of
-        #: an object an earlier step left in a cycle, another library's gc callback) is not the step's
+        #: this thread is collecting garbage that allocation triggered: what runs then (a __del__
+        #: or weakref callback of an object an earlier step left in a cycle, another library's gc
+        #: callback) is not the step's.  A gc.collect() the step calls is: what it runs is traced
         self.collecting = False
+        self.collect_calls = 0
         self.thread = threading.get_ident()
 
     def __enter__(self):
@@ -81,13 +83,15 @@ class Tracer:
 
     def __exit__(self, *exc):
         capture.set_profile(self.previous)  # (a cProfile around the loop: enabled again)
-        gc.callbacks.remove(self._collection_starts)
-        gc.callbacks.remove(self._collection_stops)
+        for callback in (self._collection_starts, self._collection_stops):
+            if callback in gc.callbacks:  # (the step may have cleared the list)
+                gc.callbacks.remove(callback)
+        self.collecting = False
         return False
 
     def _collection_starts(self, phase, info) -> None:
-        if phase == "start" and threading.get_ident() == self.thread:  # (not another thread's)
-            self.collecting = True
+        if phase == "start" and threading.get_ident() == self.thread and not self.collect_calls:
+            self.collecting = True  # (not another thread's, nor one the step asked for)
 
     def _collection_stops(self, phase, info) -> None:
         if phase == "stop" and threading.get_ident() == self.thread:
@@ -101,6 +105,8 @@ class Tracer:
             self.chained(frame, event, arg)
         if self.collecting:
             return
+        if arg is gc.collect and event != "call":  # (c_call, then c_return or c_exception)
+            self.collect_calls += 1 if event == "c_call" else -1
         if event == "c_call" and _switches_profile(arg) and not frame.f_code.co_filename.startswith(_NEEDLE_DIR):
             self.note(f"{getattr(arg, '__qualname__', arg)}() (it takes the hook through which needle watches the "
                       "call)", frame)

@@ -968,7 +968,7 @@ def test_the_capture_plans_without_its_call_hook_and_watches_the_step_again_afte
         assert sys.getprofile() is None
 
 
-def test_what_garbage_collection_runs_inside_the_capture_is_not_the_step_s():
+def test_what_a_collection_allocation_triggers_inside_the_capture_runs_is_not_the_step_s():
     # (hypothesis, once imported, times every collection from a gc callback it puts first,
     # with perf_counter, as jax's does too: a collection that allocation happened to trigger
     # inside a capture made the step run plainly for good, a browser test's in a full
@@ -987,24 +987,57 @@ def test_what_garbage_collection_runs_inside_the_capture_is_not_the_step_s():
     def timing(phase, info):
         time.perf_counter()
     gc.callbacks.insert(0, timing)
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)  # (a collection at almost every allocation: inside the capture for sure)
     try:
         with ndl.lazy(True):
             model = _small_model()
             x = _data(0)[0]
 
             def f(x):
-                gc.collect()  # (as if the step's allocations had triggered it)
+                Cycle()
                 return model(x).relu().sum()
             fn = ndl.jit(f)
             want = [f(x).numpy() for _ in range(3)]
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 for k in range(3):
-                    Cycle()  # (garbage for the next call's collection)
                     np.testing.assert_array_equal(fn(x).numpy(), want[k])
             assert fn.replays >= 1
     finally:
+        gc.set_threshold(*threshold)
         gc.callbacks.remove(timing)
+
+
+def test_what_a_gc_collect_the_step_calls_runs_is_the_step_s():
+    # (a finalizer that a collection the step asks for runs at every call prints or logs at
+    # every call: 3 log entries in 10 calls when such collections were left out too)
+    import gc
+    log = []
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            log.append(len(log))
+    with ndl.lazy(True):
+        model = _small_model()
+        x = _data(0)[0]
+
+        def f(x):
+            Cycle()
+            gc.collect()
+            return model(x).relu().sum()
+        for _ in range(6):
+            f(x)
+        plain = len(log)
+        log.clear()
+        fn = ndl.jit(f)
+        with pytest.warns(UserWarning, match="runs without capture"):
+            for _ in range(6):
+                fn(x)
+        assert len(log) == plain == 6
 
 
 def test_a_cprofile_around_a_jitted_loop_keeps_profiling():
