@@ -38,6 +38,7 @@ from ..engine import capture
 from .code import is_package_code, is_user_code, line_of, names_of
 from .world import plain_names
 
+_C_EVENTS = ("c_call", "c_return", "c_exception")  # (a "return" event's arg is the value returned)
 _NEEDLE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HOST_BUILTINS = {print, input, open, next, breakpoint}
 #: modules whose functions, and whose classes' class methods (datetime.date.today), read the
@@ -105,7 +106,7 @@ class Tracer:
             self.chained(frame, event, arg)
         if self.collecting:
             return
-        if arg is gc.collect and event != "call":  # (c_call, then c_return or c_exception)
+        if arg is gc.collect and event in _C_EVENTS:  # (c_call, then c_return or c_exception)
             self.collect_calls += 1 if event == "c_call" else -1
         if event == "c_call" and _switches_profile(arg) and not frame.f_code.co_filename.startswith(_NEEDLE_DIR):
             self.note(f"{getattr(arg, '__qualname__', arg)}() (it takes the hook through which needle watches the "

@@ -24,8 +24,9 @@ from ..runtime.counters import COUNTERS
 from . import backends, schedule_cache
 
 #: (op, operands' layouts and aliasing, target) -> [structure key, operand of each leaf
-#: slot, whether it takes the scalar, a weak reference to the compiled schedule last found,
-#: the schedule cache's removal count then]; bounded: cleared when it grows past this
+#: slot, whether it takes the scalar, a weak reference to the compiled schedule last found
+#: (None before one is), the schedule cache's removal count then]; bounded: cleared when
+#: it grows past this
 _KNOWN = {}
 KNOWN_MAX = 4096
 
@@ -55,13 +56,9 @@ def _run(op_key, build_node, *arrays, scalar=None):
         if len(_KNOWN) >= KNOWN_MAX:
             _KNOWN.clear()
         _KNOWN[key] = [signature.key, [_position(leaf, arrays) for leaf in signature.leaves],
-                       bool(signature.scalars), _dead, -1]
+                       bool(signature.scalars), None, -1]  # (no schedule found yet: -1 is no count)
     schedule_cache.realize([node])
     return node.arg
-
-
-def _dead():
-    return None
 
 
 def _remembered(known, cache, target):
