@@ -15,6 +15,9 @@ tiled, register-blocked macro-kernel (the BLIS loop nest).
    width (AVX-512: 8 x 32 floats = 16 zmm accumulators) — with one broadcast of
    A and one vector load of B per row and step.  The tile is added to C; after
    the last K block the epilogue (bias, activation) is applied as it is stored.
+   A matmul of few rows and a deep K splits K between the threads instead (`splits_k`):
+   each multiplies one K block into a partial product, and a second kernel sums them
+   and applies the epilogue.
 
 Each strategy is a module of its own: which operands the tiles read in place instead
 of packing them (matmul_direct), the packing of panels (matmul_packing), an A computed
@@ -37,11 +40,15 @@ from .matmul_a_rows import rows_apart, rows_block
 from .matmul_direct import reads_in_place
 from .matmul_naive import naive
 from .matmul_packing import pack_a_panels, pack_b
-from .matmul_write_back import write_back
+from .matmul_epilogue import epilogue_stores
+from .matmul_write_back import store_tiles, write_back
 
 KC = 512        # K block: a B panel (KC x NR) is reused from L1/L2 by every A panel of a block
 MC_PANELS = 12  # A panels per row block (MC = 12 * MR rows, an A block of ~200 KB in L2)
 SMALL = 48 ** 3  # below this many multiply-adds (all batches) the plain loop nest wins
+#: a matmul whose K is at least this many times its rows, of at least this many
+#: multiply-adds, splits K between the threads (`splits_k`)
+SPLIT_K_DEPTH, SPLIT_K_WORK = 4, 1 << 22
 
 
 def row_blocks(panels: int, threads: int) -> tuple:
@@ -61,6 +68,24 @@ def row_blocks(panels: int, threads: int) -> tuple:
     per_thread = min(range(fewest, fewest + 3), key=busiest)
     blocks = threads * per_thread
     return blocks, -(-panels // blocks)
+
+
+def splits_k(m, depth: int, threads: int, conv: bool) -> int:
+    """How many threads each multiply a share of K, writing partial products that a
+    second kernel sums and finishes (`Tiling.sum_parts`): 1 (rows split instead) but
+    for a single matmul of few rows and a deep K that fits one K block per thread (a
+    layer's x @ W with a batch of 128 and 784 inputs).  Split by rows, every thread
+    reads all of B; a weight that the last step's threads updated row block by row block
+    (its gradient's matmul, an optimizer's elementwise kernel) then comes half from the
+    other core's cache, which on the 2-core hosts cost more than the multiply itself.
+    Split by K, each thread reads the rows of B its own core wrote, and only the partial
+    products (rows x columns, much less than B) cross between the cores."""
+    if threads < 2 or len(m.shape) != 2 or conv or m.dtype != "float32":
+        return 1
+    rows = m.shape[0]
+    if depth < SPLIT_K_DEPTH * rows or depth > threads * KC or depth * math.prod(m.shape) < SPLIT_K_WORK:
+        return 1
+    return threads
 
 
 def tile_shape(dtype: str, vector_bytes: int, cols: int = 0) -> tuple:
@@ -119,14 +144,19 @@ class Tiling:
         #: packed from the input (`window_block`)
         self.window_t = found if found and found[2] else None
         self.run = self.window[0].shape[-1] if self.window else 0
+        #: threads that each multiply one K block (`splits_k`): the macro-kernel's parallel
+        #: loop runs over K blocks and writes partial products to `partial`, summed by `sum_parts`
+        self.parts = splits_k(m, self.K, target.threads, found is not None)
         self.KC = self.run * max(1, KC // self.run) if self.window else KC
+        if self.parts > 1:  # (a share of K each, a multiple of 16 rows: whole cache lines of B)
+            self.KC = -(-self.K // (self.parts * 16)) * 16
         self.KB = -(-self.K // self.KC)
         self.flops = 2 * self.BT * self.M * self.N * self.K
         #: rows of a packed panel: KC, or K when one block holds it (a shorter panel
         #: keeps the packed operand dense: K = 32 in a KC = 512 layout touched 1/16 of it)
         self.PK = self.KC if self.KB > 1 else self.K
         self.MP, self.NP = -(-self.M // self.MR), -(-self.N // self.NR)
-        self.IB, self.MCP = row_blocks(self.MP, max(1, target.threads))
+        self.IB, self.MCP = row_blocks(self.MP, max(1, target.threads)) if self.parts == 1 else (1, self.MP)
         #: the forward's windows are read in place by the tiles of at most WINDOW_COLUMNS
         #: columns, else packed (`window_rows`): each tile of NR columns reads them again
         self.in_place = self.window is not None and self.N <= WINDOW_COLUMNS
@@ -143,6 +173,7 @@ class Tiling:
         else:
             self.ap, self.packs_a = (None, False) if self.direct_a else self.packed_slot(packed, new_scratch, True)
         self.bp, self.packs_b = (None, False) if self.direct_b else self.packed_slot(packed, new_scratch, False)
+        self.partial = new_scratch(self.KB * self.M * self.N, m.dtype) if self.parts > 1 else None
 
     def packed_slot(self, packed: dict, new_scratch, rows_first: bool) -> tuple:
         """(scratch slot, whether this matmul packs into it): an operand is packed once
@@ -159,7 +190,8 @@ class Tiling:
     def kernels(self) -> list:
         """B's packing kernel (when B is packed here), then the macro-kernel, which packs
         A's panels itself (`pack_a_block`)."""
-        return ([pack_b(self)] if self.packs_b else []) + [self.macro()]
+        return ([pack_b(self)] if self.packs_b else []) + [self.macro()] + \
+            ([self.sum_parts()] if self.parts > 1 else [])
 
     def batch_index(self, bt):
         """bt (flat batch number) as one index per batch dim."""
@@ -202,10 +234,12 @@ class Tiling:
         # would be declared not to alias
         ap = None if self.direct_a else low.buffer(self.ap, dtype, "out" if self.packs_a else "in")
         bp = None if self.direct_b else low.buffer(self.bp, dtype, "in")
-        out = low.buffer(low.slot_of(low.group.root), low.group.root.dtype, "out")
+        out = low.buffer(low.slot_of(low.group.root), low.group.root.dtype, "out") if self.parts == 1 else None
         q, pc, jp, ipo = K.Var("q"), K.Var("pc"), K.Var("jp"), K.Var("ipo")
         bt = K.idiv(q, self.IB) if self.BT > 1 else K.Const(0)
-        ib = K.imod(q, self.IB)
+        ib = K.imod(q, self.IB) if self.parts == 1 else K.Const(0)
+        if self.parts > 1:  # (a thread's K block: the parallel loop's)
+            pc = q
         ip = K.Var("ip")
         kc, kk, r, c = K.Var("kc"), K.Var("kk"), K.Var("r"), K.Var("c")
         a_base = K.Var("pa")
@@ -256,17 +290,47 @@ class Tiling:
                       if self.window or self.window_t or self.a_rows else
                       K.affine([(bt, self.KB * self.MP * PK * MR), (pc, self.MP * PK * MR), (ip, PK * MR)])),
                 K.Let("pb", K.affine([(bt, self.KB * self.NP * PK * NR), (pc, self.NP * PK * NR), (jp, PK * NR)])),
-                *multiply, spill] + write_back(self, low, out, bt, ip, jp, pc)
+                *multiply, spill] + (write_back(self, low, out, bt, ip, jp, pc) if self.parts == 1 else
+                                     self.write_part(low, ip, jp, pc))
         runs = [K.LocalArray("runs", dtype, MR * self.run)] if self.in_place and self.window[0].arg.mask else []
-        body = [K.LocalArray("tile", dtype, MR * NR), *runs,
-                K.Loop("pc", self.KB, [
-                    K.Let("kc", self.block_depth(pc)),
-                    *(self.pack_a_block(low, ap, bt, ib, pc) if self.packs_a else []),
-                    K.Loop("jp", self.NP, [K.Loop("ipo", self.MCP, [
-                        K.Let("ip", K.affine([(ib, self.MCP), (ipo, 1)])),
-                        K.If(K.Binary("lt", ip, K.Const(self.MP), "bool"), tile)])])])]
-        total = self.BT * self.IB
+        block = [K.Let("kc", self.block_depth(pc)),
+                 *(self.pack_a_block(low, ap, bt, ib, pc) if self.packs_a else []),
+                 K.Loop("jp", self.NP, [K.Loop("ipo", self.MCP, [
+                     K.Let("ip", K.affine([(ib, self.MCP), (ipo, 1)])),
+                     K.If(K.Binary("lt", ip, K.Const(self.MP), "bool"), tile)])])]
+        body = [K.LocalArray("tile", dtype, MR * NR), *runs] + \
+            (block if self.parts > 1 else [K.Loop("pc", self.KB, block)])
+        total = self.KB if self.parts > 1 else self.BT * self.IB
         return low.kernel([K.Loop("q", total, body, "parallel")], ("q", total), work=self.flops,
                           thread_work=self.flops)
 
+    def write_part(self, low: Lowering, ip, jp, pc) -> list:
+        """Tile (ip, jp) of K block `pc`'s partial product, stored in `partial` (split K)."""
+        part = low.buffer(self.partial, self.m.dtype, "out")
+        i, j = self.tile_element(ip, jp)
+        at = K.affine([(pc, self.M * self.N), (i, self.N), (j, 1)])
+        tile = K.Load("tile", K.affine([(K.Var("wr"), self.NR), (K.Var("wc"), 1)]), self.m.dtype)
+        return store_tiles(self, [K.Store(part, at, K.Var("sum", self.m.dtype))], ip, jp, i, j, tile)
 
+    def sum_parts(self) -> K.Kernel:
+        """The kernel after a macro-kernel that split K: C = epilogue(sum of the partial
+        products), row panels split between the threads, as the rows a split by rows gives."""
+        low, dtype = self.make(), self.m.dtype
+        part = low.buffer(self.partial, dtype, "in")
+        out = low.buffer(low.slot_of(low.group.root), low.group.root.dtype, "out")
+        ip, jp = K.Var("q"), K.Var("jp")
+        i, j = self.tile_element(ip, jp)
+        at = K.affine([(i, self.N), (j, 1)])
+        total = K.Load(part, at, dtype)
+        for pc in range(1, self.KB):
+            total = K.Binary("add", total, K.Load(part, K.affine([(i, self.N), (j, 1)], pc * self.M * self.N), dtype),
+                             dtype)
+        low.matmul_value = K.Var("sum", dtype)
+        stores = epilogue_stores(low, out, at, K.Const(0), i, j)
+        body = [K.Loop("jp", self.NP, store_tiles(self, stores, ip, jp, i, j, total))]
+        return low.kernel([K.Loop("q", self.MP, body, "parallel")], ("q", self.MP), work=self.KB * self.M * self.N,
+                          name=f"{low.group.name}_K{self.KB}")
+
+    def tile_element(self, ip, jp) -> tuple:
+        """(row, column) of element (wr, wc) of tile (ip, jp), as `store_tiles` loops them."""
+        return (K.affine([(ip, self.MR), (K.Var("wr"), 1)]), K.affine([(jp, self.NR), (K.Var("wc"), 1)]))
