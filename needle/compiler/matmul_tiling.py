@@ -70,22 +70,25 @@ def row_blocks(panels: int, threads: int) -> tuple:
     return blocks, -(-panels // blocks)
 
 
-def splits_k(m, depth: int, threads: int, conv: bool) -> int:
+def splits_k(m, depth: int, threads: int, windows: bool) -> int:
     """How many threads each multiply a share of K, writing partial products that a
     second kernel sums and finishes (`Tiling.sum_parts`): 1 (rows split instead) but
-    for a single matmul of few rows and a deep K that fits one K block per thread (a
-    layer's x @ W with a batch of 128 and 784 inputs).  Split by rows, every thread
-    reads all of B; a weight that the last step's threads updated row block by row block
-    (its gradient's matmul, an optimizer's elementwise kernel) then comes half from the
-    other core's cache, which on the 2-core hosts cost more than the multiply itself.
-    Split by K, each thread reads the rows of B its own core wrote, and only the partial
-    products (rows x columns, much less than B) cross between the cores."""
-    if threads < 2 or len(m.shape) != 2 or conv or m.dtype != "float32":
+    for a single matmul of few rows and a deep K that fits one K block per share (a
+    layer's x @ W with a batch of 128 and 784 inputs; not a conv's A read through its
+    `windows`).  Split by rows, every thread reads all of B; a weight that the last
+    step's threads updated row block by row block (its gradient's matmul, an
+    optimizer's elementwise kernel) then comes half from the other core's cache, which
+    on the 2-core hosts cost more than the multiply itself.  Split by K, each thread
+    reads the rows of B its own core wrote, and only the partial products cross between
+    the cores: at most half of B's size (no more shares than K / (2 rows); with many
+    threads some stay idle)."""
+    if threads < 2 or len(m.shape) != 2 or windows or m.dtype != "float32":
         return 1
     rows = m.shape[0]
-    if depth < SPLIT_K_DEPTH * rows or depth > threads * KC or depth * math.prod(m.shape) < SPLIT_K_WORK:
+    parts = min(threads, depth // (2 * rows))
+    if depth < SPLIT_K_DEPTH * rows or depth > parts * KC or depth * math.prod(m.shape) < SPLIT_K_WORK:
         return 1
-    return threads
+    return parts
 
 
 def tile_shape(dtype: str, vector_bytes: int, cols: int = 0) -> tuple:
@@ -144,8 +147,9 @@ class Tiling:
         #: packed from the input (`window_block`)
         self.window_t = found if found and found[2] else None
         self.run = self.window[0].shape[-1] if self.window else 0
-        #: threads that each multiply one K block (`splits_k`): the macro-kernel's parallel
-        #: loop runs over K blocks and writes partial products to `partial`, summed by `sum_parts`
+        #: shares of K, one K block each, that threads multiply apart (`splits_k`): the
+        #: macro-kernel's parallel loop runs over them, writing partial products to
+        #: `partial`, which `sum_parts` sums
         self.parts = splits_k(m, self.K, target.threads, found is not None)
         self.KC = self.run * max(1, KC // self.run) if self.window else KC
         if self.parts > 1:  # (a share of K each, a multiple of 16 rows: whole cache lines of B)

@@ -1,7 +1,7 @@
 """A matmul of few rows and a deep K splits K between the threads: each thread
 multiplies its share of K into a partial product, a second kernel sums them and
 applies the epilogue.  Values against numpy float64, planned for AVX-512 and AVX2
-tiles and 2-4 threads (run on however many this host gives: the parallel loop covers
+tiles and 2-16 threads (run on however many this host gives: the parallel loop covers
 every share either way), with bounds checking on and off."""
 from dataclasses import replace
 
@@ -49,7 +49,7 @@ def target_for(vector_bytes, threads, bounds_check=False):
 
 
 @pytest.mark.parametrize("vector_bytes", [64, 32])
-@pytest.mark.parametrize("threads", [2, 3, 4])
+@pytest.mark.parametrize("threads", [2, 3, 4, 16])
 @pytest.mark.parametrize("m, k, n", [
     (128, 784, 256),   # the MLP's first layer: whole panels, shares of 392 rows of K
     (100, 784, 100),   # MLPResNet's: a ragged last panel of columns
@@ -61,7 +61,7 @@ def test_split_k_with_bias_relu_epilogue(vector_bytes, threads, m, k, n):
     x, w, bias = tensor(m, k), tensor(k, n), tensor(1, n)
     y = ops.relu(x @ w + ops.broadcast_to(bias, (m, n)))
     kernels, (out,) = run([y], target)
-    assert_split(kernels, k, threads)
+    assert_split(kernels, m, k, threads)
     want = np.maximum(f64(x) @ f64(w) + f64(bias), 0)
     # float32 dot products of k terms (in shares, then summed): error below (k + 1) eps
     # sum|x_ik w_kj|, the bias's rounding included
@@ -69,14 +69,16 @@ def test_split_k_with_bias_relu_epilogue(vector_bytes, threads, m, k, n):
     assert np.all(np.abs(out - want) <= bound)
 
 
-def assert_split(kernels, k, threads):
-    """The macro-kernel's parallel loop runs once per share of K (`threads` shares of a
-    multiple of 16 rows), and the kernel summing the shares comes last."""
+def assert_split(kernels, m, k, threads):
+    """The macro-kernel's parallel loop runs once per share of K: one per thread, but no
+    more than K / (2 M), so that the partial products (shares x M x N) are at most half
+    of B (K x N); each share a multiple of 16 rows.  The kernel summing them comes last."""
+    parts = min(threads, k // (2 * m))
     macro = [kn for kn in kernels if kn.name.startswith("M_") and "_K" not in kn.name]
     sums = [kn for kn in kernels if kn.name.startswith("M_") and "_K" in kn.name]
-    share = -(-k // (threads * 16)) * 16
-    assert len(macro) == 1 and macro[0].parallel[1] == -(-k // share) == threads
-    assert len(sums) == 1 and sums[0] is kernels[-1] and sums[0].name.endswith(f"_K{threads}")
+    share = -(-k // (parts * 16)) * 16
+    assert len(macro) == 1 and macro[0].parallel[1] == -(-k // share) == parts >= 2
+    assert len(sums) == 1 and sums[0] is kernels[-1] and sums[0].name.endswith(f"_K{parts}")
 
 
 @pytest.mark.parametrize("bounds_check", [False, True])
@@ -88,7 +90,7 @@ def test_split_k_stores_extra_roots_in_the_summing_kernel(bounds_check):
     z = x @ w + ops.broadcast_to(bias, (50, 120))
     r = ops.relu(z) * 2.0
     kernels, (got_z, got_r) = run([z, r], target)
-    assert_split(kernels, 700, 2)
+    assert_split(kernels, 50, 700, 2)
     want = f64(x) @ f64(w) + f64(bias)
     bound = 702 * np.finfo(np.float32).eps * (np.abs(f64(x)) @ np.abs(f64(w)) + np.abs(f64(bias)))
     assert np.all(np.abs(got_z - want) <= bound)
