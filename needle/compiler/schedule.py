@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from ..dtypes import itemsize
 from ..target import Target
-from ..ir.nodes import toposort
 from .call_origins import CallOrigin
 from . import call_origins, column_reduce, matmul_tiling
 from .buffer_offsets import hoist_offsets
@@ -98,15 +97,16 @@ def graph_inputs(outputs):
 
 
 def structure(outputs) -> Signature:
-    """The graph's Signature.  (On the path of every realize: written for speed,
-    one pass, no generators.)"""
+    """The graph's Signature: one entry per node in toposort's order (sources before
+    users, a node's sources named by their positions), built as the walk emits each
+    node.  (On the path of every realize: written for speed, one pass, no generators;
+    tests/compiler/test_structure.py checks it against a plain toposort and key.)"""
     leaves, leaf_ids, scalars, scalar_ids = [], {}, [], {}
-    order = toposort(outputs)
-    position = {}
+    position = {}  # id(node) -> its entry's position (-1 while its sources are walked)
     key = []
     append = key.append
-    for i, n in enumerate(order):
-        position[id(n)] = i
+
+    def load(n) -> None:  # (a node without sources)
         op = n.op
         if op == "buffer":
             a = n.arg
@@ -124,12 +124,38 @@ def structure(outputs) -> Signature:
         elif op == "const":  # by its text: 0.0 == -0.0 (and nan != nan) as numbers
             append(("const", repr(n.arg), n.shape, n.dtype))
         else:
-            srcs = n.srcs
-            if len(srcs) == 1:
-                where = (position[id(srcs[0])],)
+            append((op, n.arg, n.shape, n.dtype, ()))
+
+    for root in outputs:
+        if id(root) in position:
+            continue
+        if not root.srcs:
+            position[id(root)] = len(key)
+            load(root)
+            continue
+        position[id(root)] = -1
+        stack = [(root, iter(root.srcs))]
+        while stack:
+            node, srcs = stack[-1]
+            for src in srcs:
+                if id(src) not in position:
+                    if src.srcs:
+                        position[id(src)] = -1
+                        stack.append((src, iter(src.srcs)))
+                        break
+                    position[id(src)] = len(key)
+                    load(src)
             else:
-                where = tuple([position[id(x)] for x in srcs])
-            append((op, n.arg, n.shape, n.dtype, where))
+                stack.pop()
+                position[id(node)] = len(key)
+                srcs = node.srcs
+                if len(srcs) == 1:
+                    where = (position[id(srcs[0])],)
+                elif len(srcs) == 2:
+                    where = (position[id(srcs[0])], position[id(srcs[1])])
+                else:
+                    where = tuple([position[id(x)] for x in srcs])
+                append((node.op, node.arg, node.shape, node.dtype, where))
     append(tuple([position[id(n)] for n in outputs]))
     return Signature(StructureKey(tuple(key)), leaves, leaf_ids, scalars, scalar_ids)
 
