@@ -1,6 +1,6 @@
 """How a tile's sums reach C: added to the partial sums of the earlier K blocks, the
-epilogue (bias, activation, the extra roots) applied after the last one; SIMD stores
-for whole tiles, checked stores on the ragged edges.  `tiling` is the matmul's
+epilogue (bias, activation, the extra roots) applied after the last one; SIMD stores,
+as wide as the columns left on the ragged edge.  `tiling` is the matmul's
 `matmul_tiling.Tiling`."""
 from __future__ import annotations
 
@@ -36,20 +36,21 @@ def write_back(tiling, low: Lowering, out, bt, ip, jp, pc) -> list:
 
 
 def store_tiles(tiling, stores, ip, jp, i, j, total) -> list:
-    """`stores` for each element of tile (ip, jp), after `sum = total`.  Tiles of
-    whole columns store each row as SIMD vectors (rows past M skipped); tiles on
-    the ragged column edge check each element (the epilogue's loads, a bias, may
-    not read past N)."""
+    """`stores` for each element of tile (ip, jp), after `sum = total`.  Each row of
+    a tile is stored as SIMD vectors (rows past M skipped): NR columns wide, or, on
+    the ragged edge (the last panel), as wide as the columns left there (N % NR), so
+    that no lane reads or writes past N and the epilogue stays vectorized (a lane at a
+    time, an Adam update's sqrt and division on 4 columns had run over all 32 lanes'
+    places, a 784 x 100 weight gradient's slowest part)."""
     MR, NR = tiling.MR, tiling.NR
     update = [K.Let("sum", total)] + stores
-    if tiling.M % MR == 0:
-        rows = K.Loop("wr", MR, [K.Loop("wc", NR, update, "vector")], "unroll")
-    else:
-        rows = K.Loop("wr", MR, [K.If(K.Binary("lt", i, K.Const(tiling.M), "bool"),
-                                      [K.Loop("wc", NR, update, "vector")])], "unroll")
+
+    def rows(width: int):
+        if tiling.M % MR == 0:
+            return K.Loop("wr", MR, [K.Loop("wc", width, update, "vector")], "unroll")
+        return K.Loop("wr", MR, [K.If(K.Binary("lt", i, K.Const(tiling.M), "bool"),
+                                      [K.Loop("wc", width, update, "vector")])], "unroll")
     if tiling.N % NR == 0:
-        return [rows]
-    inside = K.land(K.Binary("lt", i, K.Const(tiling.M), "bool"), K.Binary("lt", j, K.Const(tiling.N), "bool"))
-    guarded = K.Loop("wr", MR, [K.Loop("wc", NR, [K.If(inside, update)])])
+        return [rows(NR)]
     whole = K.Binary("le", K.affine([(jp, NR)], NR), K.Const(tiling.N), "bool")
-    return [K.If(whole, [rows]), K.If(K.Unary("not", whole, "bool"), [guarded])]
+    return [K.If(whole, [rows(NR)]), K.If(K.Unary("not", whole, "bool"), [rows(tiling.N % NR)])]

@@ -135,3 +135,27 @@ def test_row_blocks_split_panels_evenly_between_threads(panels, threads, busiest
     per_thread = blocks // threads
     load = [max(0, min(panels, (t + 1) * per_thread * size) - t * per_thread * size) for t in range(threads)]
     assert sum(load) == panels and max(load) == busiest
+
+
+@pytest.mark.parametrize("vector_bytes", [64, 32])
+def test_the_ragged_edge_is_written_back_as_vectors_of_the_columns_left(vector_bytes):
+    """N = 100: the last panel's 100 % NR columns are stored (with the epilogue) as
+    one vector that wide per row, not lane by lane over the panel's NR places; values
+    against numpy (the lanes past N are neither read nor written: see the bounds-checked
+    runs of test_matmul_split_k and test_matmul_direct_operands)."""
+    target = cpu_target().with_vector_bytes(vector_bytes)
+    _, nr = matmul_tiling.tile_shape("float32", vector_bytes)
+    x, w, bias = tensor(96, 200), tensor(200, 100), tensor(1, 100)
+    y = ops.relu(x @ w + ops.broadcast_to(bias, (96, 100)))
+    schedule, _ = plan(output_nodes([y]), target)
+    macro = next(c.kernel for c in schedule.calls if c.kernel.name.startswith("M_"))
+    text = macro.text()
+    assert f"vector for wc in {100 % nr}:" in text and f"vector for wc in {nr}:" in text
+    assert "    for wc in" not in text.replace("vector for wc", "")  # no lane-by-lane loop
+    want = np.maximum(a64(x) @ a64(w) + a64(bias), 0)
+    bound = 202 * np.finfo(np.float32).eps * (np.abs(a64(x)) @ np.abs(a64(w)) + np.abs(a64(bias)))
+    assert np.all(np.abs(y.numpy() - want) <= bound)
+
+
+def a64(t):
+    return t.numpy().astype(np.float64)
