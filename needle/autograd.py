@@ -278,6 +278,25 @@ def _realize(nodes) -> None:
     _engine.realize_nodes(nodes)
 
 
+def realize_values(values) -> None:
+    """Realize the pending data of all `values` in one go.  (On every step's path, and
+    a replay's results are realized already: those are passed over first.)"""
+    pending_values = [v for v in values if waiting(v)]
+    if not pending_values:
+        return
+    pending = [n for v in pending_values for n in _engine.pending_nodes(v)]
+    if pending:
+        _engine.realize_nodes(pending)
+    for v in pending_values:
+        v.realize_cached_data()
+
+
+def waiting(value) -> bool:
+    """Whether `value`'s data is yet to be computed (or gathered from a tuple's)."""
+    data = value._cached_data
+    return data is None or type(data) is tuple or getattr(data, "is_lazy", False)
+
+
 def _check_devices(op: Op, inputs) -> None:
     if len(inputs) < 2 or BACKEND == "np":
         return

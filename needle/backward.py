@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from . import autograd
-from .autograd import BACKEND, Tensor, Value, outlives_step
+from .autograd import BACKEND, Tensor, Value, outlives_step, realize_values
 from .engine import capture as _capture
 from .errors import DTypeError, GraphError, ShapeError, fmt_shape
 from .traversal import postorder
@@ -22,6 +22,25 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         raise ShapeError(f"backward: out_grad shape {fmt_shape(out_grad.shape)} differs from "
                          f"the tensor's {fmt_shape(output_tensor.shape)}")
     outlives_step(output_tensor)  # the loss: computed with the next schedule (the step)
+    if autograd.LAZY_MODE or BACKEND != "nd":
+        backward_pass(output_tensor, out_grad)
+        return
+    # eager compiled mode: the pass is built as one graph and the leaves' gradients are
+    # computed together when it ends, as the optimizer's update is (a kernel per op
+    # had cost more to launch than to run; no one reads a value before the pass ends,
+    # and an intermediate's .grad is computed if it is read)
+    autograd.LAZY_MODE = True
+    try:
+        grads = backward_pass(output_tensor, out_grad)
+    finally:
+        autograd.LAZY_MODE = False
+    realize_values(grads)
+
+
+def backward_pass(output_tensor: Tensor, out_grad: Tensor) -> list:
+    """compute_gradient_of_variables' pass over the graph: the leaves' new gradients
+    (the profiler finds the op being differentiated in this frame: profiler/sources.py)."""
+    leaves = []
     node_to_output_grads_list = {output_tensor: [out_grad]}
     _read_versions_used([output_tensor])
     for node in reversed(find_topo_sort([output_tensor])):
@@ -34,6 +53,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
             if _capture.CURRENT is not None:
                 _capture.grad_set(node)
             outlives_step(adjoint)  # computed with the next schedule, loss read or step
+            leaves.append(adjoint)
             continue
         node.grad = _cut(adjoint)
         _check_versions(node)
@@ -41,6 +61,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
             if inp.requires_grad and grad is not None:
                 _check_gradient(node, i, inp, grad)
                 node_to_output_grads_list.setdefault(inp, []).append(grad)
+    return leaves
 
 
 def vjp(output: Value, cotangent: Value, inputs: List[Value]) -> List[Optional[Value]]:

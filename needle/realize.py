@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 
 from . import autograd
-from .engine.realize import pending_nodes, realize_nodes
+from .autograd import realize_values, waiting as _waiting
 from .errors import DTypeError
 
 
@@ -23,25 +23,6 @@ def realize(*tensors):
             values.append(v)
     realize_values(values)
     return tensors[0] if len(tensors) == 1 else tensors
-
-
-def realize_values(values) -> None:
-    """Realize the pending data of all `values` in one go.  (On every step's path, and
-    a replay's results are realized already: those are passed over first.)"""
-    waiting = [v for v in values if _waiting(v)]
-    if not waiting:
-        return
-    pending = [n for v in waiting for n in pending_nodes(v)]
-    if pending:
-        realize_nodes(pending)
-    for v in waiting:
-        v.realize_cached_data()
-
-
-def _waiting(value) -> bool:
-    """Whether `value`'s data is yet to be computed (or gathered from a tuple's)."""
-    data = value._cached_data
-    return data is None or type(data) is tuple or getattr(data, "is_lazy", False)
 
 
 class lazy(contextlib.ContextDecorator):

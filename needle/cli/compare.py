@@ -1,7 +1,8 @@
 """`python -m needle compare`: the built-in workloads in three modes, side by side.
 
 Modes: eager numpy (`cpu_numpy()`, op by op in numpy), eager compiled (the chosen
-device with lazy mode off: one compiled kernel per primitive) and lazy fused
+device with lazy mode off: one compiled kernel per primitive, but a training step's
+backward pass and optimizer update, one schedule each) and lazy fused
 (lazy mode on: the whole step compiled into few fused kernels).  For each we
 report the median time of one iteration after warm-up, the speed-up over eager
 numpy, the kernels launched per iteration and the one-off compile time (the

@@ -45,7 +45,7 @@ def is_library(filename: str) -> bool:
 
 def _codes():
     from .. import autograd, backward
-    return backward.compute_gradient_of_variables.__code__, autograd.Value.make_from_op.__func__.__code__
+    return backward.backward_pass.__code__, autograd.Value.make_from_op.__func__.__code__
 
 
 def stamp(name: str) -> SourcedOrigin:

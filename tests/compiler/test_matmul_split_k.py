@@ -10,7 +10,6 @@ import pytest
 
 import needle as ndl
 from needle import ops
-from needle.compiler import matmul_tiling
 from needle.compiler.schedule import plan, structure
 from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
