@@ -26,6 +26,8 @@ def _default_threads() -> int:
 LAZY = _int("NEEDLE_LAZY", 1) != 0
 #: array backend: "nd" (NDArray, default) or "np" (plain numpy arrays, eager).
 BACKEND = os.environ.get("NEEDLE_BACKEND", "nd").strip() or "nd"
+#: eager compiled mode computes a backward() pass as one schedule (0: a kernel per gradient op).
+EAGER_FUSED_BACKWARD = _int("NEEDLE_EAGER_FUSED_BACKWARD", 1) != 0
 #: 0 silent; 1 schedules; 2 + kernel times; 3 + kernel IR; 4 + LLVM IR / CUDA C.
 DEBUG = _int("NEEDLE_DEBUG", 0)
 #: CPU threads used by compiled kernels.

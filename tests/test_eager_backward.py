@@ -78,3 +78,57 @@ def test_lazy_mode_is_off_again_when_a_gradient_raises():
             loss.backward()
         assert not autograd.LAZY_MODE
         assert not getattr((w * 3.0).cached_data, "is_lazy", False)
+
+
+def _graphs():
+    """name -> (input shapes, fn(*tensors) -> scalar loss): the op families of a step."""
+    return {
+        "elementwise": ([(6, 7), (6, 7)], lambda a, b: (ops.exp(a * 0.3) * ops.tanh(b) + ops.sigmoid(a - b)
+                                                         / (ops.relu(b) + 1.5) + (a * a) ** 1.5).sum()),
+        "log_sqrt_pow": ([(5, 4)], lambda a: (ops.log(a * a + 1.0) + ops.sqrt(a * a + 0.5) + ops.power_scalar(a, 3)).sum()),
+        "reductions": ([(4, 6, 5)], lambda a: (ops.logsumexp(a, axes=(1,)) * ops.max(a, axes=(2,)).sum()).sum()
+                       + ops.summation(a, axes=(0, 2)).sum()),
+        "matmul_broadcast": ([(3, 8, 5), (5, 4), (4,)], lambda x, w, b: ops.relu(
+            x @ ops.broadcast_to(w, (3, 5, 4)) + ops.broadcast_to(ops.reshape(b, (1, 1, 4)), (3, 8, 4))).sum()),
+        "movement": ([(4, 6)], lambda a: (ops.transpose(ops.reshape(a, (2, 3, 4)), (0, 2)) * 2.0).sum()
+                     + (ops.flip(a, (1,)) * ops.broadcast_to(ops.reshape(ops.summation(a, axes=(1,)), (4, 1)), (4, 6))).sum()),
+        "indexing": ([(5, 6)], lambda a: (a[1:4, ::2] * a[0:3, 1::2]).sum() + ops.stack([a, a * 2.0], axis=0).sum()),
+        "split_stack": ([(3, 4, 2)], lambda a: sum((t * float(i + 1)).sum() for i, t in enumerate(ops.split(a, axis=1)))),
+        "conv_pad": ([(2, 6, 6, 3), (3, 3, 3, 4)], lambda x, w: (ops.conv(x, w, stride=1, padding=1) ** 2).sum()),
+        "logsoftmax": ([(5, 7)], lambda a: ops.logsoftmax(a).sum() + (ops.logsoftmax(a) * a).sum()),
+    }
+
+
+@pytest.mark.parametrize("name", list(_graphs()))
+def test_fused_eager_gradients_equal_the_op_by_op_ones(name, monkeypatch):
+    """Each op family's gradients from the fused eager pass against the kernel-per-op pass,
+    and against directional derivatives of the float64 forward by central differences."""
+    shapes, fn = _graphs()[name]
+    inputs = [data(*s, seed=i + 10) for i, s in enumerate(shapes)]
+
+    def grads(fused):
+        monkeypatch.setattr(ndl.config, "EAGER_FUSED_BACKWARD", fused)
+        with ndl.lazy(False):
+            ts = [ndl.Tensor(v) for v in inputs]
+            fn(*ts).backward()
+            return [t.grad.numpy() for t in ts]
+    fused, by_op = grads(True), grads(False)
+    for a, b in zip(fused, by_op):
+        # the same float32 arithmetic, grouped into other kernels: sums may round differently
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(b).max()))
+
+    def loss64(values):
+        with ndl.lazy(False):
+            return float(fn(*[ndl.Tensor(v, dtype="float64", requires_grad=False) for v in values]).numpy())
+    rng = np.random.default_rng(99)
+    for _ in range(3):  # directional derivatives by central differences, in float64
+        direction = [rng.standard_normal(v.shape) for v in inputs]
+        eps = 1e-5
+        up = loss64([v + eps * d for v, d in zip(inputs, direction)])
+        down = loss64([v - eps * d for v, d in zip(inputs, direction)])
+        numeric = (up - down) / (2 * eps)
+        analytic = sum(float((g.astype(np.float64) * d).sum()) for g, d in zip(fused, direction))
+        scale = sum(float((np.abs(g.astype(np.float64)) * np.abs(d)).sum()) for g, d in zip(fused, direction))
+        # float32 gradients: relative error ~1e-6 of the summed magnitudes; the difference
+        # quotient's own error is O(eps^2) plus float64 rounding over eps
+        assert abs(numeric - analytic) <= 1e-4 * scale + 1e-6, (numeric, analytic)
