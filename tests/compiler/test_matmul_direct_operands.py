@@ -15,12 +15,7 @@ from needle.compiler.schedule import plan, structure
 from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
 from needle.ir.printer import output_nodes
-
-
-@pytest.fixture(autouse=True)
-def lazy():
-    with ndl.lazy():
-        yield
+from tests.compiler.operands import f64, lazy, tensor  # noqa: F401  (lazy: an autouse fixture)
 
 
 def names(*tensors) -> list:
@@ -30,16 +25,8 @@ def names(*tensors) -> list:
     return [call.kernel.name for call in schedule.calls if not re.fullmatch(r"M_.*_K\d+", call.kernel.name)]
 
 
-def tensor(*shape):
-    return ndl.Tensor(np.random.randn(*shape).astype(np.float32), requires_grad=False)
-
-
 def close(y, want):
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
-
-
-def f64(t):
-    return t.numpy().astype(np.float64)
 
 
 NR = matmul_tiling.tile_shape("float32", cpu_target().vector_bytes)[1]

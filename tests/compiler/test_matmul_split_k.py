@@ -14,20 +14,7 @@ from needle.compiler.schedule import plan, structure
 from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
 from needle.ir.printer import output_nodes
-
-
-@pytest.fixture(autouse=True)
-def lazy():
-    with ndl.lazy():
-        yield
-
-
-def tensor(*shape):
-    return ndl.Tensor(np.random.randn(*shape).astype(np.float32), requires_grad=False)
-
-
-def f64(t):
-    return t.numpy().astype(np.float64)
+from tests.compiler.operands import f64, lazy, tensor  # noqa: F401  (lazy: an autouse fixture)
 
 
 def run(outputs, target):

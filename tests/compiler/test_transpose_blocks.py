@@ -12,16 +12,7 @@ from needle.compiler.schedule import plan, structure
 from needle.engine import schedule_cache
 from needle.engine.schedule_cache import cpu_target
 from needle.ir.printer import output_nodes
-
-
-@pytest.fixture(autouse=True)
-def lazy():
-    with ndl.lazy():
-        yield
-
-
-def tensor(*shape):
-    return ndl.Tensor(np.random.randn(*shape).astype(np.float32), requires_grad=False)
+from tests.compiler.operands import lazy, tensor  # noqa: F401  (lazy: an autouse fixture)
 
 
 def run(y, vector_bytes):
