@@ -152,14 +152,15 @@ class Value:
             data = self._cached_data = data.realized
         return data
 
-    def _compute_input(self):
-        """What ops compute on: the NDArray, or in lazy mode a lazy array (never realizes)."""
+    def _compute_input(self, lazy=None):
+        """What ops compute on: the NDArray, or in lazy mode (`lazy`: the mode the op read
+        once for all its inputs) a lazy array (never realizes)."""
         data = self._cached_data
         if data is None:
             return self.realize_cached_data()
         if _capture.CURRENT is not None:  # needle.jit is recording: note where state is read
             _capture.read_state(self, data)
-        if LAZY_MODE:  # (implies the nd backend)
+        if LAZY_MODE if lazy is None else lazy:  # (implies the nd backend)
             return tuple([as_lazy(x) for x in data]) if type(data) is tuple else as_lazy(data)
         if getattr(data, "is_lazy", False) or (isinstance(data, tuple) and any(getattr(x, "is_lazy", False)
                                                                               for x in data)):
@@ -213,8 +214,9 @@ class Value:
         bad shapes raise here) and wrap the result.  Every op of every step comes
         through here, so it is written out flat: no generators, no keyword calls."""
         _check_devices(op, inputs)
-        args = [x._compute_input() for x in inputs]
-        if LAZY_MODE:
+        lazy = LAZY_MODE  # (read once: another thread may switch it between two inputs)
+        args = [x._compute_input(lazy) for x in inputs]
+        if lazy:
             origin = ir_build.ORIGIN
             previous, origin.name = origin.name, type(op).__name__
             try:

@@ -6,6 +6,7 @@ read).  autograd.py defines what a Tensor is and re-exports the course's names f
 """
 from __future__ import annotations
 
+import threading
 from typing import List, Optional
 
 from . import autograd, config
@@ -22,20 +23,35 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         raise ShapeError(f"backward: out_grad shape {fmt_shape(out_grad.shape)} differs from "
                          f"the tensor's {fmt_shape(output_tensor.shape)}")
     outlives_step(output_tensor)  # the loss: computed with the next schedule (the step)
-    if autograd.LAZY_MODE or BACKEND != "nd" or not config.EAGER_FUSED_BACKWARD:
-        backward_pass(output_tensor, out_grad)
-        return
     # eager compiled mode: the pass is built as one graph and the leaves' gradients are
     # computed together when it ends, as the optimizer's update is (a kernel per op
     # had cost more to launch than to run; no one reads a value before the pass ends,
     # and an intermediate's .grad is computed if it is read).  The op-by-op pass stays
     # a setting: the tests' eager mode checks every gradient op's own kernels with it
-    autograd.LAZY_MODE = True
+    with _FusedPasses.lock:  # (lazy mode is process-wide: the last pass to end turns it off)
+        fused = BACKEND == "nd" and config.EAGER_FUSED_BACKWARD and \
+            (not autograd.LAZY_MODE or _FusedPasses.running > 0)
+        if fused:
+            _FusedPasses.running += 1
+            autograd.LAZY_MODE = True
+    if not fused:
+        backward_pass(output_tensor, out_grad)
+        return
     try:
         grads = backward_pass(output_tensor, out_grad)
     finally:
-        autograd.LAZY_MODE = False
+        with _FusedPasses.lock:
+            _FusedPasses.running -= 1
+            if not _FusedPasses.running:
+                autograd.LAZY_MODE = False
     realize_values(grads)
+
+
+class _FusedPasses:
+    """Eager backward passes running, on any thread (a second one, started while the
+    first has lazy mode on, is fused too, and lazy mode stays on until both end)."""
+    lock = threading.Lock()
+    running = 0
 
 
 def backward_pass(output_tensor: Tensor, out_grad: Tensor) -> list:

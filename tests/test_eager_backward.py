@@ -132,3 +132,47 @@ def test_fused_eager_gradients_equal_the_op_by_op_ones(name, monkeypatch):
         # float32 gradients: relative error ~1e-6 of the summed magnitudes; the difference
         # quotient's own error is O(eps^2) plus float64 rounding over eps
         assert abs(numeric - analytic) <= 1e-4 * scale + 1e-6, (numeric, analytic)
+
+
+def test_two_threads_backward_at_once():
+    """Lazy mode is process-wide: one thread's fused pass turns it on while another
+    thread's ops run.  Each op reads the mode once for all its inputs (an NDArray @ a
+    LazyArray had raised TypeError), a pass started while another runs is fused too, and
+    the mode goes off when the last one ends: no error, no gradient left pending, the
+    values of a pass run alone.  (Python switches threads every 10 us here.)"""
+    import sys
+    import threading
+    rng = np.random.default_rng(5)
+    wv = [rng.standard_normal((32, 32)).astype(np.float32) * 0.2 for _ in range(2)]
+    xv = [rng.standard_normal((16, 32)).astype(np.float32) for _ in range(2)]
+
+    def grad(k):
+        w, h = ndl.Tensor(wv[k]), ndl.Tensor(xv[k], requires_grad=False)
+        for _ in range(6):
+            h = ops.tanh(h @ w)
+        h.sum().backward()
+        return w
+    with ndl.lazy(False):
+        alone = [grad(k).grad.numpy() for k in range(2)]
+        errors, pending, wrong = [], [0, 0], [0, 0]
+
+        def worker(k):
+            try:
+                for _ in range(150):
+                    w = grad(k)
+                    pending[k] += getattr(w.grad._cached_data, "is_lazy", False)
+                    wrong[k] += not np.allclose(w.grad.numpy(), alone[k], rtol=1e-5, atol=1e-6)
+            except Exception as e:  # (reported below)
+                errors.append(repr(e))
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)
+        try:
+            threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            sys.setswitchinterval(interval)
+        assert not errors and pending == [0, 0] and wrong == [0, 0], (errors, pending, wrong)
+        assert not autograd.LAZY_MODE
