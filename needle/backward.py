@@ -16,6 +16,13 @@ from .errors import DTypeError, GraphError, ShapeError, fmt_shape
 from .traversal import postorder
 
 
+class _FusedPasses:
+    """Eager backward passes running, on any thread (a second one, started while the
+    first has lazy mode on, is fused too, and lazy mode stays on until both end)."""
+    lock = threading.Lock()
+    running = 0
+
+
 def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> None:
     """Reverse-mode autodiff: store the gradient of `output_tensor` with respect to
     every node it depends on (that requires grad) in `node.grad`."""
@@ -45,13 +52,6 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
             if not _FusedPasses.running:
                 autograd.LAZY_MODE = False
     realize_values(grads)
-
-
-class _FusedPasses:
-    """Eager backward passes running, on any thread (a second one, started while the
-    first has lazy mode on, is fused too, and lazy mode stays on until both end)."""
-    lock = threading.Lock()
-    running = 0
 
 
 def backward_pass(output_tensor: Tensor, out_grad: Tensor) -> list:
