@@ -41,7 +41,7 @@ from .matmul_direct import reads_in_place
 from .matmul_naive import naive
 from .matmul_packing import pack_a_panels, pack_b
 from .matmul_epilogue import epilogue_stores
-from .matmul_write_back import store_tiles, write_back
+from .matmul_write_back import store_tiles, tile_element, tile_value, write_back
 
 KC = 512        # K block: a B panel (KC x NR) is reused from L1/L2 by every A panel of a block
 MC_PANELS = 12  # A panels per row block (MC = 12 * MR rows, an A block of ~200 KB in L2)
@@ -311,10 +311,9 @@ class Tiling:
     def write_part(self, low: Lowering, ip, jp, pc) -> list:
         """Tile (ip, jp) of K block `pc`'s partial product, stored in `partial` (split K)."""
         part = low.buffer(self.partial, self.m.dtype, "out")
-        i, j = self.tile_element(ip, jp)
+        i, j = tile_element(self, ip, jp)
         at = K.affine([(pc, self.M * self.N), (i, self.N), (j, 1)])
-        tile = K.Load("tile", K.affine([(K.Var("wr"), self.NR), (K.Var("wc"), 1)]), self.m.dtype)
-        return store_tiles(self, [K.Store(part, at, K.Var("sum", self.m.dtype))], ip, jp, i, j, tile)
+        return store_tiles(self, [K.Store(part, at, K.Var("sum", self.m.dtype))], ip, jp, i, j, tile_value(self))
 
     def sum_parts(self) -> K.Kernel:
         """The kernel after a macro-kernel that split K: C = epilogue(sum of the partial
@@ -323,7 +322,7 @@ class Tiling:
         part = low.buffer(self.partial, dtype, "in")
         out = low.buffer(low.slot_of(low.group.root), low.group.root.dtype, "out")
         ip, jp = K.Var("q"), K.Var("jp")
-        i, j = self.tile_element(ip, jp)
+        i, j = tile_element(self, ip, jp)
         at = K.affine([(i, self.N), (j, 1)])
         total = K.Load(part, at, dtype)
         for pc in range(1, self.KB):
@@ -334,7 +333,3 @@ class Tiling:
         body = [K.Loop("jp", self.NP, store_tiles(self, stores, ip, jp, i, j, total))]
         return low.kernel([K.Loop("q", self.MP, body, "parallel")], ("q", self.MP), work=self.KB * self.M * self.N,
                           name=f"{low.group.name}_K{self.KB}")
-
-    def tile_element(self, ip, jp) -> tuple:
-        """(row, column) of element (wr, wc) of tile (ip, jp), as `store_tiles` loops them."""
-        return (K.affine([(ip, self.MR), (K.Var("wr"), 1)]), K.affine([(jp, self.NR), (K.Var("wc"), 1)]))

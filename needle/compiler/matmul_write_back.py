@@ -12,15 +12,12 @@ from .matmul_epilogue import epilogue, epilogue_stores
 def write_back(tiling, low: Lowering, out, bt, ip, jp, pc) -> list:
     """C (+)= tile, with the epilogue applied (and the extra roots stored) after the
     last K block."""
-    m, MR, NR = tiling.m, tiling.MR, tiling.NR
-    r, c = K.Var("wr"), K.Var("wc")
-    i = K.affine([(ip, MR), (r, 1)])
-    j = K.affine([(jp, NR), (c, 1)])
+    i, j = tile_element(tiling, ip, jp)
     at = K.affine([(bt, tiling.M * tiling.N), (i, tiling.N), (j, 1)])
-    dtype = m.dtype
+    dtype = tiling.m.dtype
     first = K.Binary("eq", pc, K.Const(0), "bool")
     previous = K.Where(first, K.Const(0, dtype), K.Load(out, at, dtype), dtype)
-    total = K.Binary("add", previous, K.Load("tile", K.affine([(r, NR), (c, 1)]), dtype), dtype)
+    total = K.Binary("add", previous, tile_value(tiling), dtype)
     low.matmul_value = K.Var("sum", dtype)
     root = low.group.root
     last = K.Binary("eq", pc, K.Const(tiling.KB - 1), "bool")
@@ -33,6 +30,16 @@ def write_back(tiling, low: Lowering, out, bt, ip, jp, pc) -> list:
     return [K.If(last, store_tiles(tiling, epilogue_stores(low, out, at, bt, i, j), ip, jp, i, j, total)),
             K.If(K.Unary("not", last, "bool"),
                  store_tiles(tiling, [K.Store(out, at, low.matmul_value)], ip, jp, i, j, total))]
+
+
+def tile_element(tiling, ip, jp) -> tuple:
+    """(row, column) of C at element (wr, wc) of tile (ip, jp), as `store_tiles` loops them."""
+    return (K.affine([(ip, tiling.MR), (K.Var("wr"), 1)]), K.affine([(jp, tiling.NR), (K.Var("wc"), 1)]))
+
+
+def tile_value(tiling):
+    """The macro-kernel's sum at element (wr, wc) of the tile it spilled (`tile`)."""
+    return K.Load("tile", K.affine([(K.Var("wr"), tiling.NR), (K.Var("wc"), 1)]), tiling.m.dtype)
 
 
 def store_tiles(tiling, stores, ip, jp, i, j, total) -> list:
