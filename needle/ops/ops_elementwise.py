@@ -276,26 +276,28 @@ class ReLU(TensorOp):
     def compute(self, a):
         return A.maximum(a, 0)
 
-    def gradient(self, out_grad, node):  # (selected, as torch: an inf upstream where x <= 0 gives 0, not nan)
-        return where(positive_mask(node.inputs[0]), out_grad, 0)
+    def gradient(self, out_grad, node):
+        return relu_gradient(out_grad, node.inputs[0])
 
 
 def relu(a):
     return ReLU()(a)
 
 
-class PositiveMask(TensorOp):
-    """1 where a > 0 else 0, in a's dtype; constant (zero gradient), used by relu'."""
+class ReLUGradient(TensorOp):
+    """relu's gradient, g where a > 0 else 0: selected, as torch does (an inf upstream
+    where a <= 0 gives 0, not nan), and one op, not a mask, a scalar tensor and a
+    select (every ReLU of every backward pass comes through here)."""
 
-    def compute(self, a):
-        return A.astype(a > 0, a.dtype) if A._np(a) else a > 0
+    def compute(self, g, a):
+        return A.where(a > 0, g, A.zeros(g.shape, g))
 
-    def gradient(self, out_grad, node):
-        return out_grad * 0
+    def gradient(self, out_grad, node):  # (zero almost everywhere with respect to a, as torch)
+        return relu_gradient(out_grad, node.inputs[1]), None
 
 
-def positive_mask(a):
-    return PositiveMask()(a)
+def relu_gradient(g, a):
+    return ReLUGradient()(g, a)
 
 
 class Tanh(TensorOp):
