@@ -55,6 +55,18 @@ class Optimizer:
             found = scalars[key] = RuntimeScalar(read)
         return found
 
+    def _once_per_step(self, make):
+        """`make()` (a tuple of `_live` scalars), made at the step's first parameter and
+        shared by the others: eight `_live` calls per parameter cost an Adam step on
+        28 tensors a third of a millisecond."""
+        scalars = self.__dict__.get("_step_scalars")
+        if scalars is None:  # outside step()
+            return make()
+        found = scalars.get(make.__func__)
+        if found is None:
+            found = scalars[make.__func__] = make()
+        return found
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "step" in cls.__dict__:  # a user's own optimizer (course hw2 style)

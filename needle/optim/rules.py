@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List
 
+from ..array_api import sqrt
 from ..autograd import Tensor
 from ..engine import capture as _capture
 from .optimizer import Optimizer, data_of, keep, number, with_weight_decay
@@ -49,6 +50,10 @@ class Adam(Optimizer):
 
         m = beta1 m + (1 - beta1) grad ;  v = beta2 v + (1 - beta2) grad^2
         p = p - lr * m_hat / (sqrt(v_hat) + eps),  m_hat = m / (1 - beta1^t), v_hat likewise
+
+    computed as PyTorch's fused Adam does, with the corrections folded into two
+    scalars: p - lr_t * m / (sqrt(v) + eps_t), lr_t = lr sqrt(1 - beta2^t) / (1 - beta1^t),
+    eps_t = eps sqrt(1 - beta2^t) (the same value; two ops per parameter fewer).
     """
 
     _state_names = ("m", "v")
@@ -80,18 +85,24 @@ class Adam(Optimizer):
     def _decayed(self, grad, param):
         return with_weight_decay(grad, param, self)
 
+    def _scalars(self) -> tuple:
+        live = self._live  # (beta < 1, so no correction is 0)
+        return (live(lambda: self.beta1), live(lambda: 1 - self.beta1), live(lambda: self.beta2),
+                live(lambda: 1 - self.beta2),
+                live(lambda: self.lr * (1 - self.beta2 ** self.t) ** 0.5 / (1 - self.beta1 ** self.t)),
+                live(lambda: self.eps * (1 - self.beta2 ** self.t) ** 0.5))
+
     def _update(self, index: int, param, grad):
+        beta1, rest1, beta2, rest2, lr_t, eps_t = self._once_per_step(self._scalars)
         grad = self._decayed(grad, param)
-        m = grad * self._live(lambda: 1 - self.beta1)
-        v = (grad ** 2) * self._live(lambda: 1 - self.beta2)
+        m = grad * rest1
+        v = (grad * grad) * rest2
         if index in self.m:
-            m = data_of(self.m[index]) * self._live(lambda: self.beta1) + m
-            v = data_of(self.v[index]) * self._live(lambda: self.beta2) + v
+            m = data_of(self.m[index]) * beta1 + m
+            v = data_of(self.v[index]) * beta2 + v
         keep(self.m, index, m)
         keep(self.v, index, v)
-        m_hat = m / self._live(lambda: 1 - self.beta1 ** self.t)
-        v_hat = v / self._live(lambda: 1 - self.beta2 ** self.t)
-        return param - (m_hat / (v_hat ** 0.5 + self._live(lambda: self.eps))) * self._live(lambda: self.lr)
+        return param - m / (sqrt(v) + eps_t) * lr_t
 
     def state_tensors(self) -> List[Tensor]:
         return list(self.m.values()) + list(self.v.values())
