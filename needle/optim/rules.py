@@ -30,16 +30,21 @@ class SGD(Optimizer):
         self.weight_decay = number("SGD", "weight_decay", weight_decay, 0.0)
         self.u: Dict[int, Tensor] = {}
 
+    def _scalars(self) -> tuple:
+        live = self._live
+        return live(lambda: self.momentum), live(lambda: 1 - self.momentum), live(lambda: self.lr)
+
     def _update(self, index: int, param, grad):
+        momentum, rest, lr = self._once_per_step(self._scalars)
         grad = with_weight_decay(grad, param, self)
         if self.momentum:
-            u = grad * self._live(lambda: 1 - self.momentum)
+            u = grad * rest
             if index in self.u:
-                u = data_of(self.u[index]) * self._live(lambda: self.momentum) + u
+                u = data_of(self.u[index]) * momentum + u
             keep(self.u, index, u)
         else:
             u = grad
-        return param - u * self._live(lambda: self.lr)
+        return param - u * lr
 
     def state_tensors(self) -> List[Tensor]:
         return list(self.u.values())
@@ -150,26 +155,32 @@ class RMSprop(Optimizer):
         self.grad_avg: Dict[int, Tensor] = {}
         self.buf: Dict[int, Tensor] = {}
 
+    def _scalars(self) -> tuple:
+        live = self._live
+        return (live(lambda: self.alpha), live(lambda: 1 - self.alpha), live(lambda: self.eps),
+                live(lambda: self.momentum), live(lambda: self.lr))
+
     def _update(self, index: int, param, grad):
+        alpha, rest, eps, momentum, lr = self._once_per_step(self._scalars)
         grad = with_weight_decay(grad, param, self)
-        square_avg = (grad ** 2) * self._live(lambda: 1 - self.alpha)
+        square_avg = (grad * grad) * rest
         if index in self.square_avg:
-            square_avg = data_of(self.square_avg[index]) * self._live(lambda: self.alpha) + square_avg
+            square_avg = data_of(self.square_avg[index]) * alpha + square_avg
         keep(self.square_avg, index, square_avg)
         if self.centered:
-            grad_avg = grad * self._live(lambda: 1 - self.alpha)
+            grad_avg = grad * rest
             if index in self.grad_avg:
-                grad_avg = data_of(self.grad_avg[index]) * self._live(lambda: self.alpha) + grad_avg
+                grad_avg = data_of(self.grad_avg[index]) * alpha + grad_avg
             keep(self.grad_avg, index, grad_avg)
-            avg = (square_avg - grad_avg ** 2) ** 0.5 + self._live(lambda: self.eps)
+            avg = sqrt(square_avg - grad_avg * grad_avg) + eps
         else:
-            avg = square_avg ** 0.5 + self._live(lambda: self.eps)
+            avg = sqrt(square_avg) + eps
         step = grad / avg
         if self.momentum:
             if index in self.buf:
-                step = data_of(self.buf[index]) * self._live(lambda: self.momentum) + step
+                step = data_of(self.buf[index]) * momentum + step
             keep(self.buf, index, step)
-        return param - step * self._live(lambda: self.lr)
+        return param - step * lr
 
     def state_tensors(self) -> List[Tensor]:
         return (list(self.square_avg.values()) + list(self.grad_avg.values())
