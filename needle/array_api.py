@@ -75,6 +75,12 @@ def where(cond, a, b):
     return cond.where(a, b)
 
 
+def positive(a):
+    """a > 0 as a bool array (the operators give 1/0 in a's dtype, the course's rule),
+    for `where` to select with no comparison against zero of its own."""
+    return a > 0 if _np(a) else a._binary("lt", 0, True)
+
+
 def zeros(shape, like):
     """Zeros of `shape` with the dtype and device of `like`."""
     if _np(like):

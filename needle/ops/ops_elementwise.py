@@ -290,7 +290,7 @@ class ReLUGradient(TensorOp):
     select (every ReLU of every backward pass comes through here)."""
 
     def compute(self, g, a):
-        return A.where(a > 0, g, A.zeros(g.shape, g))
+        return A.where(A.positive(a), g, A.zeros(g.shape, g))
 
     def gradient(self, out_grad, node):  # (zero almost everywhere with respect to a, as torch)
         return relu_gradient(out_grad, node.inputs[1]), None
