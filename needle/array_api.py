@@ -75,6 +75,17 @@ def where(cond, a, b):
     return cond.where(a, b)
 
 
+def fused(op_key, fn, arrays) -> tuple:
+    """`fn(*arrays)`, array code returning a tuple of arrays, as the arrays' device
+    computes several ops at once: a compiled device's NDArrays as one schedule (keyed by
+    `op_key`, which names the code and every attribute it reads); numpy arrays and lazy
+    arrays run it as it is (a lazy graph is fused anyway)."""
+    first = arrays[0]
+    if _np(first) or getattr(first, "is_lazy", False):
+        return tuple(fn(*arrays))
+    return first.device.fused(op_key, fn, arrays)
+
+
 def positive(a):
     """a > 0 as a bool array (the operators give 1/0 in a's dtype, the course's rule),
     for `where` to select with no comparison against zero of its own."""

@@ -48,6 +48,10 @@ class Device(DeviceIdentity):
     def ones(self, *shape, dtype="float32") -> NDArray:
         return self.full(_shape_arg(shape), 1, dtype)
 
+    def fused(self, op_key, fn, arrays) -> tuple:
+        """`fn(*arrays)`: a fused op's array code (a tuple of arrays), op by op here."""
+        return tuple(fn(*arrays))
+
 
 def _shape_arg(shape) -> tuple:
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
@@ -144,6 +148,7 @@ class EagerKernels(Protocol):
     def where(self, cond, a, b): ...
     def reduce(self, op, a, axes): ...
     def matmul(self, a, b): ...
+    def fused(self, op_key, fn, arrays): ...
 
 
 class CUDAStorage(Protocol):
@@ -191,6 +196,10 @@ class CompiledDevice:
         if out is not None:  # the course's matmul(a, b, out, m, n, p) on handles
             return self.course_matmul(a, b, out, m, n, p)
         return self.eager.matmul(a, b)
+
+    def fused(self, op_key, fn, arrays) -> tuple:
+        """`fn(*arrays)` as one schedule (a fused op's forward: engine.eager.fused)."""
+        return self.eager.fused(op_key, fn, arrays)
 
 
 class CPUDevice(CompiledDevice, HostDevice):

@@ -29,10 +29,23 @@ class Fused(TensorOp):
 
     saved = None
     _calls = 0
+    #: the attributes `forward` reads besides its arrays (None: unknown, so it runs op
+    #: by op in eager mode); with them the forward is one schedule there (A.fused)
+    static = None
 
     def compute(self, *arrays):
         self._calls += 1
-        return self.forward(*arrays)
+        if self.static is None:
+            return self.forward(*arrays)
+        key = (type(self), *[getattr(self, name) for name in self.static])
+        result, *saved = A.fused(key, self._forward_and_saved, arrays)
+        self.saved = tuple(saved) if saved else None
+        return result
+
+    def _forward_and_saved(self, *arrays) -> tuple:
+        self.saved = None
+        result = self.forward(*arrays)
+        return (result, *self.saved) if self.saved else (result,)
 
     def values(self, *arrays) -> tuple:
         return ()
@@ -80,6 +93,8 @@ class MatMulBias(Fused):
     """x @ w + b for x (rows, k), w (k, n), b (n,) or (1, n): a Linear layer, one op and
     three gradients instead of matmul, broadcast and add and their gradients."""
 
+    static = ()
+
     def forward(self, x, w, b):
         if len(x.shape) != 2 or len(w.shape) != 2 or x.shape[1] != w.shape[0] or b.shape[-1] != w.shape[1] \
                 or len(b.shape) > 2 or (len(b.shape) == 2 and b.shape[0] != 1):
@@ -102,6 +117,8 @@ class MatMulBias(Fused):
 
 class ScaleShift(Fused):
     """x * w + b with w and b (n,) along the last axis of x: a norm layer's affine part."""
+
+    static = ()
 
     def forward(self, x, w, b):
         n = x.shape[-1] if len(x.shape) else None
@@ -145,6 +162,8 @@ def _gate_blocks(gates, blocks: dict):
 class LSTMCellState(Fused):
     """c = sigmoid(f) * c0 + sigmoid(i) * tanh(g), from the gates and c0."""
 
+    static = ()
+
     def values(self, gates, c0):
         i, f, g, _ = _blocks(gates)
         return A.sigmoid(i), A.sigmoid(f), A.tanh(g)
@@ -171,6 +190,8 @@ class LSTMCellState(Fused):
 
 class LSTMCellOutput(Fused):
     """h = sigmoid(o) * tanh(c), from the gates and the new cell state c."""
+
+    static = ()
 
     def values(self, gates, c):
         o = _blocks(gates)[3]

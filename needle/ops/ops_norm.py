@@ -25,6 +25,8 @@ class Standardize(Fused):
     hold that call's statistics as arrays (the axis kept as size 1), for running
     statistics (they need no gradient) and for the gradient, which reuses them."""
 
+    static = ("axis", "eps")
+
     def __init__(self, axis: int, eps: float):
         if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
             raise ArgumentError(f"standardize: axis must be an integer, got {axis!r}")
