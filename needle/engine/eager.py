@@ -153,7 +153,10 @@ def fused(op_key, fn, arrays) -> tuple:
         target = cache.target()
         key = ("fused", op_key, tuple([(a._shape, a._strides, a._dtype) for a in arrays]),
                tuple([a is b for a in arrays for b in arrays]), target)
-        known = _KNOWN.get(key)
+        try:
+            known = _KNOWN.get(key)
+        except TypeError:  # an attribute that is no key (a list of axes): built every time
+            known, fast = None, False
         if known is not None:
             entry = _remembered(known, cache, target)
             if entry is not None:

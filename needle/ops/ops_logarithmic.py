@@ -39,9 +39,12 @@ class LogSumExp(TensorOp):
     def __init__(self, axes=None):
         self.axes = axes
 
-    def compute(self, z):
+    def compute(self, z):  # (one schedule in eager mode: A.fused)
+        return A.fused((LogSumExp, self.axes), self._forward, (z,))[0]
+
+    def _forward(self, z) -> tuple:
         log_total, m, kept = _shifted_log_total(z, self.axes)
-        return A.reshape(log_total + m, kept)
+        return (A.reshape(log_total + m, kept),)
 
     def gradient(self, out_grad, node):
         return _logsumexp_gradient(out_grad, node.inputs[0], self.axes)
@@ -89,8 +92,11 @@ class LogSumExpLess(TensorOp):
         self.axes = axes
 
     def compute(self, z, b):
+        return A.fused((LogSumExpLess, self.axes), self._forward, (z, b))[0]
+
+    def _forward(self, z, b) -> tuple:
         log_total, m, kept = _shifted_log_total(z, self.axes)
-        return A.reshape(log_total, kept) + (A.reshape(m, kept) - b)
+        return (A.reshape(log_total, kept) + (A.reshape(m, kept) - b),)
 
     def gradient(self, out_grad, node):
         return _logsumexp_gradient(out_grad, node.inputs[0], self.axes), -out_grad
@@ -111,11 +117,14 @@ class LogSoftmax(TensorOp):
         self.axis = axis
 
     def compute(self, z):
+        return A.fused((LogSoftmax, self.axis), self._forward, (z,))[0]
+
+    def _forward(self, z) -> tuple:
         axes = normalize_axes("logsoftmax", self.axis, z.ndim, z.shape)
         m = _stable_max(z, axes)
         shifted = z - A.broadcast_to(m, z.shape)
         lse = A.log(A.summation(A.exp(shifted), axis=axes, keepdims=True))
-        return shifted - A.broadcast_to(lse, z.shape)
+        return (shifted - A.broadcast_to(lse, z.shape),)
 
     def gradient(self, out_grad, node):
         axes = normalize_axes("logsoftmax", self.axis, len(node.shape), node.shape)

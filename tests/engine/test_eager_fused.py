@@ -51,6 +51,12 @@ CASES = [
      lambda x: standardized(x, 0, 1e-5)[0], [(9, 4)]),
     ("lstm_cell", lambda g, c: ops.lstm_cell(g, c)[0] * 1.0 + ops.lstm_cell(g, c)[1],
      None, [(3, 8), (3, 2)]),
+    ("logsumexp_less", lambda z, b: ops.logsumexp_less(z, b, (1,)),
+     lambda z, b: np.log(np.exp(z).sum(1)) - b, [(5, 7), (5,)]),
+    ("logsumexp_list_axes", lambda z: ops.logsumexp(z, [0]),  # (a list: no key, built every time)
+     lambda z: np.log(np.exp(z).sum(0)), [(4, 3)]),
+    ("logsoftmax", lambda z: ops.logsoftmax(z),
+     lambda z: z - np.log(np.exp(z).sum(1, keepdims=True)), [(3, 6)]),
 ]
 
 
