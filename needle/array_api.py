@@ -80,10 +80,10 @@ def fused(op_key, fn, arrays) -> tuple:
     computes several ops at once: a compiled device's NDArrays as one schedule (keyed by
     `op_key`, which names the code and every attribute it reads); numpy arrays and lazy
     arrays run it as it is (a lazy graph is fused anyway)."""
-    first = arrays[0]
-    if _np(first) or getattr(first, "is_lazy", False):
-        return tuple(fn(*arrays))
-    return first.device.fused(op_key, fn, arrays)
+    for a in arrays:
+        if _np(a) or getattr(a, "is_lazy", False):
+            return tuple(fn(*arrays))
+    return arrays[0].device.fused(op_key, fn, arrays)
 
 
 def positive(a):

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 
 from .. import array_api, init, ops
+from ..array_api import fused
 from ..autograd import Tensor
 from ..errors import ArgumentError, IndexingError, ShapeError, fmt_shape
 from . import functional as F
@@ -228,20 +229,26 @@ class BatchNorm1d(Module):
         if self.training:
             standardize = ops.Standardize(0, self.eps)
             normed = standardize(x)
-            self.running_mean.data = self._running(self.running_mean, standardize.mean)  # (in place, as torch)
-            self.running_var.data = self._running(self.running_var, standardize.var)
+            self._update_running(standardize.mean, standardize.var)
         else:
             centered = ops.subtract(x, as_row(self.running_mean, x))
             normed = centered / as_row((self.running_var + self.eps) ** 0.5, x)
         return ops.scale_shift(normed, self.weight, self.bias)
 
-    def _running(self, running: Tensor, observed) -> Tensor:
-        """(1 - momentum) * running + momentum * observed (an array of the batch's
-        statistics), on the data: the statistics need no gradient, so no autograd ops.
-        Given to the buffer as its new `.data`, it is computed with the next schedule."""
+    def _update_running(self, mean, var) -> None:
+        """running = (1 - momentum) * running + momentum * observed for both statistics
+        (arrays of the batch's), on the data: they need no gradient, so no autograd ops.
+        Given to the buffers as their new `.data` (in place, as torch), computed with the
+        next schedule; in eager mode both at once, as one schedule (array_api.fused)."""
         m = self.momentum
-        observed = array_api.reshape(observed, running.shape)
-        return Tensor.make_const(running._compute_input() * (1 - m) + observed * m)
+
+        def running(old_mean, old_var, mean, var):
+            return (old_mean * (1 - m) + array_api.reshape(mean, old_mean.shape) * m,
+                    old_var * (1 - m) + array_api.reshape(var, old_var.shape) * m)
+        arrays = (self.running_mean._compute_input(), self.running_var._compute_input(), mean, var)
+        new_mean, new_var = fused(("running statistics", m), running, arrays)
+        self.running_mean.data = Tensor.make_const(new_mean)
+        self.running_var.data = Tensor.make_const(new_var)
 
 
 class BatchNorm2d(BatchNorm1d):
