@@ -8,13 +8,9 @@ from __future__ import annotations
 import numbers
 
 from .. import array_api as A
-from .. import init
 from ..autograd import TensorOp
 from ..dtypes import dtype_name, require_same
 from ..errors import ArgumentError, ShapeError, fmt_shape
-from .ops_mathematic import permute
-from .ops_movement import flip, getitem, stack
-from .ops_shape import reshape
 
 
 def conv_output_size(size: int, k: int, stride: int, padding: int) -> int:
@@ -130,50 +126,72 @@ def live_windows(Z, kernel, s: int, pads):
     return cols, tuple(taps)
 
 
+class ConvInputGradient(TensorOp):
+    """dL/dZ of conv(Z, W) given G = dL/d out, (N, H, W, C_in) for Z's shape `z_shape`,
+    by phases: Z's positions x = s u + j of one residue j per axis receive the taps
+    t = (j + lo) mod s, + s, + 2s, ... only, so each of the s**2 phases is a stride-1
+    full correlation of G with that sub-kernel, flipped, and the phases interleave into
+    dZ.  (The course's dilated G, correlated with the whole kernel, multiplies by zeros
+    in all but 1/s**2 of its products, and its im2col is s**2 times larger.)  One op,
+    written on arrays: as a dozen Tensor ops (flips, slices, a conv per phase, a stack)
+    it was most of the cost of building ResNet9's backward pass."""
+
+    def __init__(self, z_shape, stride: int, padding):
+        self.z_shape = tuple(z_shape)
+        self.stride = stride
+        self.pads = conv_pads(padding)
+
+    def compute(self, G, W):
+        N, C = self.z_shape[0], self.z_shape[3]
+        s = self.stride
+        counts = [-(-size // s) for size in self.z_shape[1:3]]  # positions of each residue, rounded up
+        Wf = A.permute(A.flip(W, (0, 1)), (0, 1, 3, 2))  # (KH, KW, C_out, C_in), taps reversed
+        phases = [self._phase(G, Wf, (jh, jw), counts) for jh in range(s) for jw in range(s)]
+        if s == 1:
+            return phases[0]
+        dz = A.reshape(A.stack(phases, 3), (N, counts[0], counts[1], s, s, C))
+        dz = A.reshape(A.permute(dz, (0, 1, 3, 2, 4, 5)), (N, counts[0] * s, counts[1] * s, C))
+        if dz.shape[1:3] != self.z_shape[1:3]:
+            dz = dz[:, :self.z_shape[1], :self.z_shape[2], :]
+        return dz
+
+    def _phase(self, g, Wf, residues, counts):
+        """dZ at x = s u + j (u < counts, j = residues per axis), (N, counts..., C_in), from
+        Wf, the kernel flipped.  x + lo = s q + t reads g[q] W[t]: with t = phi + s i (phi =
+        (j + lo) mod s) and q = u + (j + lo) // s - i, a correlation of g with W's taps phi,
+        phi + s, ... reversed, reading g at [u + start, u + start + m), zero outside g."""
+        s = self.stride
+        parts, pads_g, taps = [], [], []
+        for d, (k, (lo, _), j, count) in enumerate(zip(Wf.shape[:2], self.pads, residues, counts)):
+            phi = (j + lo) % s
+            m = len(range(phi, k, s))
+            start = (j + lo) // s - (m - 1)
+            stop = start + count + m - 1
+            a, b = max(0, start), min(g.shape[1 + d], stop)
+            if m == 0 or a >= b:  # no tap lands on these positions, or every window reads padding
+                return A.zeros((self.z_shape[0], *counts, self.z_shape[3]), g)
+            parts.append(slice(a, b))
+            pads_g.append((a - start, stop - b))
+            last = phi + s * (m - 1)  # taps phi..last of W are k-1-last..k-1-phi of Wf, step s
+            taps.append(slice(k - 1 - last, k - phi, s))
+        if any(p != slice(0, g.shape[1 + d]) for d, p in enumerate(parts)):
+            g = g[(slice(None),) + tuple(parts) + (slice(None),)]
+        if taps != [slice(0, Wf.shape[0], 1), slice(0, Wf.shape[1], 1)]:
+            Wf = Wf[tuple(taps) + (slice(None), slice(None))]
+        return Conv(1, tuple(pads_g)).compute(g, Wf)
+
+    def gradient(self, out_grad, node):
+        # linear in each input, the adjoint of conv in Z: d/dG is the forward conv of
+        # out_grad with W, d/dW the conv weight gradient of out_grad against G
+        G, W = node.inputs
+        s, pads = self.stride, self.pads
+        return (Conv(s, pads)(out_grad, W) if G.requires_grad else None,
+                ConvWeightGradient(W.shape[:2], s, pads)(out_grad, G) if W.requires_grad else None)
+
+
 def conv_input_gradient(out_grad, W, z_shape, s: int, pads):
-    """dL/dZ of conv(Z, W), by phases: Z's positions x = s u + j of one residue j per
-    axis receive the taps t = (j + lo) mod s, + s, + 2s, ... only, so each of the s**2
-    phases is a stride-1 full correlation of out_grad with that sub-kernel, flipped, and
-    the phases interleave into dZ.  (The course's dilated out_grad, correlated with the
-    whole kernel, multiplies by zeros in all but 1/s**2 of its products, and its im2col
-    is s**2 times larger.)"""
-    N, C = z_shape[0], z_shape[3]
-    counts = [-(-size // s) for size in z_shape[1:3]]  # positions of each residue, rounded up
-    Wf = permute(flip(W, (0, 1)), (0, 1, 3, 2))  # (KH, KW, C_out, C_in), taps reversed
-    phases = [_phase_gradient(out_grad, Wf, z_shape, s, pads, (jh, jw), counts)
-              for jh in range(s) for jw in range(s)]
-    if s == 1:
-        return phases[0]
-    dz = reshape(stack(phases, 3), (N, counts[0], counts[1], s, s, C))
-    dz = reshape(permute(dz, (0, 1, 3, 2, 4, 5)), (N, counts[0] * s, counts[1] * s, C))
-    if dz.shape[1:3] != tuple(z_shape[1:3]):
-        dz = getitem(dz, (slice(None), slice(0, z_shape[1]), slice(0, z_shape[2]), slice(None)))
-    return dz
-
-
-def _phase_gradient(g, Wf, z_shape, s: int, pads, residues, counts):
-    """dZ at x = s u + j (u < counts, j = residues per axis), (N, counts..., C_in), from
-    Wf, the kernel flipped.  x + lo = s q + t reads g[q] W[t]: with t = phi + s i (phi =
-    (j + lo) mod s) and q = u + (j + lo) // s - i, a correlation of g with W's taps phi,
-    phi + s, ... reversed, reading g at [u + start, u + start + m), zero outside g."""
-    parts, pads_g, taps = [], [], []
-    for d, (k, (lo, _), j, count) in enumerate(zip(Wf.shape[:2], pads, residues, counts)):
-        phi = (j + lo) % s
-        m = len(range(phi, k, s))
-        start = (j + lo) // s - (m - 1)
-        stop = start + count + m - 1
-        a, b = max(0, start), min(g.shape[1 + d], stop)
-        if m == 0 or a >= b:  # no tap lands on these positions, or every window reads padding
-            return init.zeros(z_shape[0], *counts, z_shape[3], device=g.device, dtype=g.dtype)
-        parts.append(slice(a, b))
-        pads_g.append((a - start, stop - b))
-        last = phi + s * (m - 1)  # taps phi..last of W are k-1-last..k-1-phi of Wf, step s
-        taps.append(slice(k - 1 - last, k - phi, s))
-    if any(p != slice(0, g.shape[1 + d]) for d, p in enumerate(parts)):
-        g = getitem(g, (slice(None),) + tuple(parts) + (slice(None),))
-    if taps != [slice(0, Wf.shape[0], 1), slice(0, Wf.shape[1], 1)]:
-        Wf = getitem(Wf, tuple(taps) + (slice(None), slice(None)))
-    return Conv(1, tuple(pads_g))(g, Wf)
+    """dL/dZ of conv(Z, W) for Z of shape z_shape: ConvInputGradient."""
+    return ConvInputGradient(z_shape, s, pads)(out_grad, W)
 
 
 def conv(a, b, stride=1, padding=0):

@@ -4,7 +4,7 @@ import pytest
 
 import needle as ndl
 from needle import ops
-from needle.ops.ops_conv import ConvWeightGradient
+from needle.ops.ops_conv import ConvInputGradient, ConvWeightGradient
 from tests.gradcheck import DEVICE_IDS, DEVICES, gradient_check, randn, tensor
 
 pytestmark = pytest.mark.parametrize("device", DEVICES, ids=DEVICE_IDS)
@@ -64,6 +64,11 @@ GRAD_CASES = [
 ]
 
 
+# strides 2-4, odd sizes, kernels smaller than the stride (residues no tap reaches)
+STRIDED_CASES = [(1, 8, 8, 3, 2, 3, 2, 1), (2, 9, 7, 2, 3, 3, 2, 1), (1, 11, 10, 2, 2, 7, 4, 3),
+                 (1, 8, 9, 2, 2, 2, 3, 0), (1, 7, 7, 1, 2, 5, 3, 2), (1, 6, 6, 2, 1, 1, 2, 0)]
+
+
 def _ids(cases):
     return ["N{}H{}W{}C{}O{}K{}s{}p{}".format(*c) for c in cases]
 
@@ -121,6 +126,16 @@ def test_conv_weight_gradient_op(device, case):
     gradient_check(lambda z, g: op(z, g), Z, G)
 
 
+@pytest.mark.parametrize("case", GRAD_CASES + STRIDED_CASES, ids=_ids(GRAD_CASES + STRIDED_CASES))
+def test_conv_input_gradient_op(device, case):
+    # the input gradient as its own op: its gradients (in G: the forward conv, in W: the
+    # weight gradient, as conv's adjoint in Z) against finite differences
+    N, H, W, C, O, K, s, p = case
+    Ho, Wo = (H + 2 * p - K) // s + 1, (W + 2 * p - K) // s + 1
+    op = ConvInputGradient((N, H, W, C), s, p)
+    gradient_check(lambda g, w: op(g, w), randn((N, Ho, Wo, O), device), randn((K, K, C, O), device))
+
+
 def test_conv_of_a_permuted_input(device):
     # NCHW data permuted to NHWC (a non-contiguous view), as nn.Conv does
     X = randn((1, 2, 5, 4), device)
@@ -171,10 +186,6 @@ def input_gradient_reference(G, W, z_shape, stride, padding):
                 "no,abco->nabc", G[:, i, j, :], W)
     return dzp[:, padding:padding + H, padding:padding + Wd, :]
 
-
-# strides 2-4, odd sizes, kernels smaller than the stride (residues no tap reaches)
-STRIDED_CASES = [(1, 8, 8, 3, 2, 3, 2, 1), (2, 9, 7, 2, 3, 3, 2, 1), (1, 11, 10, 2, 2, 7, 4, 3),
-                 (1, 8, 9, 2, 2, 2, 3, 0), (1, 7, 7, 1, 2, 5, 3, 2), (1, 6, 6, 2, 1, 1, 2, 0)]
 
 
 @pytest.mark.parametrize("case", STRIDED_CASES, ids=_ids(STRIDED_CASES))
