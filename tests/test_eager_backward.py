@@ -96,6 +96,11 @@ def _graphs():
         "split_stack": ([(3, 4, 2)], lambda a: sum((t * float(i + 1)).sum() for i, t in enumerate(ops.split(a, axis=1)))),
         "conv_pad": ([(2, 6, 6, 3), (3, 3, 3, 4)], lambda x, w: (ops.conv(x, w, stride=1, padding=1) ** 2).sum()),
         "logsoftmax": ([(5, 7)], lambda a: ops.logsoftmax(a).sum() + (ops.logsoftmax(a) * a).sum()),
+        # fused ops, whose gradients read the values the forward kept
+        "lstm_cell": ([(3, 8), (3, 2)], lambda g, c: (ops.lstm_cell(g, c)[0] * ops.lstm_cell(g, c)[1]
+                                                      * ops.tanh(c)).sum()),
+        "norm_affine": ([(6, 4), (4, 3), (3,), (3,), (3,)], lambda x, w, b, s, t: (ops.scale_shift(
+            ops.standardize(ops.matmul_bias(x, w, b), 0, 1e-5), s, t) ** 2 * 0.5).sum()),
     }
 
 
@@ -110,7 +115,11 @@ def test_fused_eager_gradients_equal_the_op_by_op_ones(name, monkeypatch):
         monkeypatch.setattr(ndl.config, "EAGER_FUSED_BACKWARD", fused)
         with ndl.lazy(False):
             ts = [ndl.Tensor(v) for v in inputs]
-            fn(*ts).backward()
+            loss = fn(*ts)
+            before = COUNTERS["schedules"]
+            loss.backward()
+            if fused:  # (also what a fused op's gradient reads of its forward: no kernel of its own)
+                assert COUNTERS["schedules"] - before == 1
             return [t.grad.numpy() for t in ts]
     fused, by_op = grads(True), grads(False)
     for a, b in zip(fused, by_op):

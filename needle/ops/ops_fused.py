@@ -14,6 +14,7 @@ from .. import array_api as A
 from ..autograd import TensorOp
 from ..backward import vjp
 from ..errors import ShapeError, fmt_shape
+from ..ir.lazy import as_lazy
 from .ops_elementwise import sigmoid, tanh
 from .ops_movement import getitem
 from .ops_reduce import broadcast_to, matmul
@@ -55,8 +56,15 @@ class Fused(TensorOp):
         return self.saved
 
     def kept(self, *arrays) -> tuple:
-        """The values `forward` kept when they are this call's, else computed again."""
-        return self.saved if self._calls == 1 and self.saved is not None else self.values(*arrays)
+        """The values `forward` kept when they are this call's, else computed again.  In a
+        pass built lazily over an eager forward (eager mode's backward), its NDArrays as
+        graph leaves: arithmetic on them alone (an LSTM gate's s * (1 - s)) had run as
+        eager kernels, four hundred a step in the LSTM's backward."""
+        if self._calls != 1 or self.saved is None:
+            return self.values(*arrays)
+        if getattr(arrays[0], "is_lazy", False):
+            return tuple([as_lazy(v) for v in self.saved])
+        return self.saved
 
     def gradient(self, out_grad, node):
         return tuple(FusedGradient(self, k)(out_grad, *node.inputs) if x.requires_grad else None
