@@ -135,16 +135,14 @@ def matmul(a, b):
     return _run(("matmul",), build.matmul, a, b)
 
 
-
-
 def fused(op_key, fn, arrays) -> tuple:
     """`fn(*arrays)` (array code returning a tuple of arrays: a fused op's forward and
     the values it keeps) computed as one schedule, not a kernel per primitive: on cpu()
     a batch norm's statistics were nine launches of a few microseconds of work each.
-    `op_key` names the code and every attribute it reads, so that with the operands'
-    layouts it determines the graph, and its run-time scalars (eps, 1 / n): as `_run`
-    does, a later call with the same key runs the schedule found the first time on the
-    operands without building the graph again."""
+    `op_key` names the code and every attribute it reads (numbers by their text: 0.0 and
+    -0.0 are equal keys), so that with the operands' layouts it determines the graph and
+    its run-time scalars (eps, 1 / n): as `_run` does, a later call with the same key runs
+    the schedule found the first time on the operands without building the graph again."""
     device = arrays[0].device
     backend = backends.of(device)
     fast = backend.eager_shortcut and not config.DEBUG and not observing.OBSERVED
@@ -155,7 +153,7 @@ def fused(op_key, fn, arrays) -> tuple:
                tuple([a is b for a in arrays for b in arrays]), target)
         try:
             known = _KNOWN.get(key)
-        except TypeError:  # an attribute that is no key (a list of axes): built every time
+        except TypeError:  # an op key that does not hash: built every time
             known, fast = None, False
         if known is not None:
             entry = _remembered(known, cache, target)

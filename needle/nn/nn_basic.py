@@ -246,7 +246,7 @@ class BatchNorm1d(Module):
             return (old_mean * (1 - m) + array_api.reshape(mean, old_mean.shape) * m,
                     old_var * (1 - m) + array_api.reshape(var, old_var.shape) * m)
         arrays = (self.running_mean._compute_input(), self.running_var._compute_input(), mean, var)
-        new_mean, new_var = fused(("running statistics", m), running, arrays)
+        new_mean, new_var = fused(("running statistics", repr(m)), running, arrays)
         self.running_mean.data = Tensor.make_const(new_mean)
         self.running_var.data = Tensor.make_const(new_var)
 

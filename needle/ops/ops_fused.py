@@ -38,7 +38,7 @@ class Fused(TensorOp):
         self._calls += 1
         if self.static is None:
             return self.forward(*arrays)
-        key = (type(self), *[getattr(self, name) for name in self.static])
+        key = (type(self), *[repr(getattr(self, name)) for name in self.static])  # (-0.0 is not 0.0)
         result, *saved = A.fused(key, self._forward_and_saved, arrays)
         self.saved = tuple(saved) if saved else None
         return result

@@ -40,7 +40,7 @@ class LogSumExp(TensorOp):
         self.axes = axes
 
     def compute(self, z):  # (one schedule in eager mode: A.fused)
-        return A.fused((LogSumExp, self.axes), self._forward, (z,))[0]
+        return A.fused((LogSumExp, repr(self.axes)), self._forward, (z,))[0]
 
     def _forward(self, z) -> tuple:
         log_total, m, kept = _shifted_log_total(z, self.axes)
@@ -92,7 +92,7 @@ class LogSumExpLess(TensorOp):
         self.axes = axes
 
     def compute(self, z, b):
-        return A.fused((LogSumExpLess, self.axes), self._forward, (z, b))[0]
+        return A.fused((LogSumExpLess, repr(self.axes)), self._forward, (z, b))[0]
 
     def _forward(self, z, b) -> tuple:
         log_total, m, kept = _shifted_log_total(z, self.axes)
@@ -117,7 +117,7 @@ class LogSoftmax(TensorOp):
         self.axis = axis
 
     def compute(self, z):
-        return A.fused((LogSoftmax, self.axis), self._forward, (z,))[0]
+        return A.fused((LogSoftmax, repr(self.axis)), self._forward, (z,))[0]
 
     def _forward(self, z) -> tuple:
         axes = normalize_axes("logsoftmax", self.axis, z.ndim, z.shape)

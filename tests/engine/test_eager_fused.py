@@ -53,7 +53,7 @@ CASES = [
      None, [(3, 8), (3, 2)]),
     ("logsumexp_less", lambda z, b: ops.logsumexp_less(z, b, (1,)),
      lambda z, b: np.log(np.exp(z).sum(1)) - b, [(5, 7), (5,)]),
-    ("logsumexp_list_axes", lambda z: ops.logsumexp(z, [0]),  # (a list: no key, built every time)
+    ("logsumexp_list_axes", lambda z: ops.logsumexp(z, [0]),  # (a list: keyed by its text)
      lambda z: np.log(np.exp(z).sum(0)), [(4, 3)]),
     ("logsoftmax", lambda z: ops.logsoftmax(z),
      lambda z: z - np.log(np.exp(z).sum(1, keepdims=True)), [(3, 6)]),
@@ -180,6 +180,32 @@ def test_a_fused_op_without_static_attributes_runs_op_by_op():
         for k in (2.5, 3.5):
             np.testing.assert_allclose(Doubled(k)(x).numpy(), x.numpy() * (k + 1), rtol=1e-6)
         assert COUNTERS["schedules"] - before == 4  # a product and a sum each time
+
+
+class Scaled(Fused):
+    """x * k with k a static attribute: 0.0 and -0.0 are equal numbers but other programs."""
+
+    static = ("k",)
+
+    def __init__(self, k):
+        self.k = k
+
+    def forward(self, x):
+        return x * self.k
+
+    def vjp(self, k, g, x):
+        return g * self.k
+
+    def reference(self, x):
+        return x * self.k
+
+
+def test_a_signed_zero_attribute_is_its_own_key():
+    x = tensor(np.array([1.0, 2.0], dtype=np.float32))
+    with ndl.lazy(False):
+        for k in (0.0, -0.0, 0.0, -0.0):
+            got = Scaled(k)(x).numpy()
+            assert np.array_equal(np.signbit(got), np.signbit(np.float32(k) * x.numpy())), (k, got)
 
 
 class Passing(Fused):
