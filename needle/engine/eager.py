@@ -35,30 +35,43 @@ def _run(op_key, build_node, *arrays, scalar=None):
     """`build_node(*leaf_nodes)` computed on `arrays`; the NDArray result.  `op_key`
     names the op and every static argument; `scalar` is the run-time scalar, if any."""
     device = arrays[0].device
-    backend = backends.of(device)
-    fast = backend.eager_shortcut and not config.DEBUG and not observing.OBSERVED
-    if fast:
-        cache = schedule_cache.CACHES[backend.name]
-        target = cache.target()
-        key = (op_key, tuple([(a._shape, a._strides, a._dtype) for a in arrays]),
-               tuple([a is b for a in arrays for b in arrays]), target)
-        known = _KNOWN.get(key)
-        if known is not None:
-            entry = _remembered(known, cache, target)
-            if entry is not None:
-                scalars = [build.scalar_value(scalar, arrays[0].dtype)] if known[2] else []
-                return _launch(entry, [arrays[i] for i in known[1]], scalars, device)[0]
+    key, known, entry = _remembered_for(op_key, arrays)
+    if entry is not None:
+        scalars = [build.scalar_value(scalar, arrays[0].dtype)] if known[2] else []
+        return _launch(entry, [arrays[i] for i in known[1]], scalars, device)[0]
     node = build_node(*[build.buffer(a) for a in arrays])
     if node.op == "buffer":  # the builder folded the op away (e.g. a cast to the same dtype)
         return node.arg
-    if fast:
+    if key is not None:
         signature = structure([node])
-        if len(_KNOWN) >= KNOWN_MAX:
-            _KNOWN.clear()
-        _KNOWN[key] = [signature.key, [_position(leaf, arrays) for leaf in signature.leaves],
-                       bool(signature.scalars), None, -1]  # (no schedule found yet: -1 is no count)
+        _remember(key, [signature.key, [_position(leaf, arrays) for leaf in signature.leaves],
+                        bool(signature.scalars), None, -1])  # (no schedule found yet: -1 is no count)
     schedule_cache.realize([node])
     return node.arg
+
+
+def _remembered_for(op_key, arrays) -> tuple:
+    """(key, what _KNOWN holds for it, its compiled schedule) for `op_key` on the
+    operands' layouts and aliasing; key None where the shortcut stands aside (a device
+    without it, DEBUG, an observer) or `op_key` does not hash."""
+    backend = backends.of(arrays[0].device)
+    if not backend.eager_shortcut or config.DEBUG or observing.OBSERVED:
+        return None, None, None
+    cache = schedule_cache.CACHES[backend.name]
+    target = cache.target()
+    key = (op_key, tuple([(a._shape, a._strides, a._dtype) for a in arrays]),
+           tuple([a is b for a in arrays for b in arrays]), target)
+    try:
+        known = _KNOWN.get(key)
+    except TypeError:  # (an op key that does not hash: built every time)
+        return None, None, None
+    return key, known, (_remembered(known, cache, target) if known is not None else None)
+
+
+def _remember(key, known: list) -> None:
+    if len(_KNOWN) >= KNOWN_MAX:
+        _KNOWN.clear()
+    _KNOWN[key] = known
 
 
 def _remembered(known, cache, target):
@@ -144,22 +157,10 @@ def fused(op_key, fn, arrays) -> tuple:
     its run-time scalars (eps, 1 / n): as `_run` does, a later call with the same key runs
     the schedule found the first time on the operands without building the graph again."""
     device = arrays[0].device
-    backend = backends.of(device)
-    fast = backend.eager_shortcut and not config.DEBUG and not observing.OBSERVED
-    if fast:
-        cache = schedule_cache.CACHES[backend.name]
-        target = cache.target()
-        key = ("fused", op_key, tuple([(a._shape, a._strides, a._dtype) for a in arrays]),
-               tuple([a is b for a in arrays for b in arrays]), target)
-        try:
-            known = _KNOWN.get(key)
-        except TypeError:  # an op key that does not hash: built every time
-            known, fast = None, False
-        if known is not None:
-            entry = _remembered(known, cache, target)
-            if entry is not None:
-                outputs = _launch(entry, [arrays[i] for i in known[1]], known[2], device)
-                return tuple([arrays[i] if operand else outputs[i] for operand, i in known[5]])
+    key, known, entry = _remembered_for(("fused", op_key), arrays)
+    if entry is not None:
+        outputs = _launch(entry, [arrays[i] for i in known[1]], known[2], device)
+        return tuple([arrays[i] if operand else outputs[i] for operand, i in known[5]])
     results = tuple(fn(*[build.buffer(a) for a in arrays]))
     pending, where = [], []  # the schedule's outputs; each result as (an operand?, its index)
     for r in results:
@@ -175,8 +176,6 @@ def fused(op_key, fn, arrays) -> tuple:
         signature = structure(pending)
         slots = [next((i for i, a in enumerate(arrays) if a is leaf), None) for leaf in signature.leaves]
         schedule_cache.realize(pending)
-        if fast and None not in slots and all(i is not None for _, i in where):
-            if len(_KNOWN) >= KNOWN_MAX:
-                _KNOWN.clear()
-            _KNOWN[key] = [signature.key, slots, tuple(signature.scalars), None, -1, where]
+        if key is not None and None not in slots and all(i is not None for _, i in where):
+            _remember(key, [signature.key, slots, tuple(signature.scalars), None, -1, where])
     return tuple([r.arg for r in results])
