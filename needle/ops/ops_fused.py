@@ -31,14 +31,17 @@ class Fused(TensorOp):
     saved = None
     _calls = 0
     #: the attributes `forward` reads besides its arrays (None: unknown, so it runs op
-    #: by op in eager mode); with them the forward is one schedule there (A.fused)
+    #: by op in eager mode); with them the forward is one schedule there (A.fused).  Read
+    #: from the class itself only: a subclass that names none may read attributes of its
+    #: own, which its parent's names would leave out of the key
     static = None
 
     def compute(self, *arrays):
         self._calls += 1
-        if self.static is None:
+        static = type(self).__dict__.get("static")
+        if static is None:
             return self.forward(*arrays)
-        key = (type(self), *[repr(getattr(self, name)) for name in self.static])  # (-0.0 is not 0.0)
+        key = (type(self), *[repr(getattr(self, name)) for name in static])  # (-0.0 is not 0.0)
         result, *saved = A.fused(key, self._forward_and_saved, arrays)
         self.saved = tuple(saved) if saved else None
         return result

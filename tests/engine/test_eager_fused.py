@@ -233,3 +233,40 @@ def test_a_forward_may_return_and_keep_its_operands():
             np.testing.assert_array_equal(out.numpy(), xv)
             np.testing.assert_array_equal(op.saved[0].numpy(), xv)
             np.testing.assert_array_equal(op.saved[1].numpy(), yv * 2)
+
+
+class ScaledStandardize(ops.Standardize):
+    """A user's subclass of a fused op with an attribute of its own: its parent's
+    `static` does not name it, so it runs op by op (a review found the second instance
+    running the first one's schedule)."""
+
+    def __init__(self, axis, eps, scale):
+        super().__init__(axis, eps)
+        self.scale = scale
+
+    def forward(self, x):
+        return super().forward(x) * self.scale
+
+
+class Tempered(ops.ops_logarithmic.LogSumExp):
+    """logsumexp(z / T): a subclass of a logsumexp op, keyed as its parent would be."""
+
+    def __init__(self, axes, T):
+        super().__init__(axes)
+        self.T = T
+
+    def _forward(self, z):
+        return super()._forward(z * (1.0 / self.T))
+
+
+def test_subclasses_of_fused_ops_with_attributes_of_their_own():
+    xv = data(4, 3, seed=9)
+    x = tensor(xv)
+    with ndl.lazy(False):
+        for scale in (3.0, 10.0, 3.0):
+            got = ScaledStandardize(0, 1e-5, scale)(x).numpy()
+            np.testing.assert_allclose(got, standardized(xv, 0, 1e-5)[0] * scale, rtol=1e-5, atol=1e-5)
+        for T in (1.0, 4.0, 0.5):
+            op = ops.ops_logarithmic.LogSumExp((1,)) if T == 1.0 else Tempered((1,), T)
+            want = np.log(np.exp(xv.astype(np.float64) / T).sum(1))
+            np.testing.assert_allclose(op(x).numpy(), want, rtol=1e-5, atol=1e-6)
