@@ -151,7 +151,7 @@ def matmul(a, b):
 def fused(op_key, fn, arrays) -> tuple:
     """`fn(*arrays)` (array code returning a tuple of arrays: a fused op's forward and
     the values it keeps) computed as one schedule, not a kernel per primitive: on cpu()
-    a batch norm's statistics were nine launches of a few microseconds of work each.
+    a batch norm's statistics were a launch per primitive, each costing more than its work.
     `op_key` names the code and every attribute it reads (numbers by their text: 0.0 and
     -0.0 are equal keys), so that with the operands' layouts it determines the graph and
     its run-time scalars (eps, 1 / n): as `_run` does, a later call with the same key runs

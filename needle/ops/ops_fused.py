@@ -62,7 +62,7 @@ class Fused(TensorOp):
         """The values `forward` kept when they are this call's, else computed again.  In a
         pass built lazily over an eager forward (eager mode's backward), its NDArrays as
         graph leaves: arithmetic on them alone (an LSTM gate's s * (1 - s)) had run as
-        eager kernels, four hundred a step in the LSTM's backward."""
+        eager kernels, several per cell in the LSTM's backward."""
         if self._calls != 1 or self.saved is None:
             return self.values(*arrays)
         if getattr(arrays[0], "is_lazy", False):
