@@ -11,6 +11,7 @@ built.  Data is computed when it is asked for (`numpy()`, `realize()`, printing,
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import List, Optional, Tuple, Union
 
 import numpy
@@ -26,7 +27,28 @@ from .engine import capture as _capture
 from .engine import realize as _engine
 
 #: lazy mode: ops record IR and compute nothing until data is needed (SPEC "Lazy mode").
+#: The process's default; a thread inside `needle.lazy(...)` (or an eager backward pass)
+#: has its own (`_MODE`), so that one thread's switch never changes another's ops.
 LAZY_MODE = config.LAZY and BACKEND == "nd"
+
+
+class _Mode(threading.local):
+    """This thread's lazy mode (None: the process's LAZY_MODE) and the modes its
+    enclosing `needle.lazy` blocks replaced."""
+
+    def __init__(self):
+        self.lazy = None
+        self.saved = []
+
+
+_MODE = _Mode()
+
+
+def lazy_mode() -> bool:
+    """Whether ops the calling thread builds now are lazy."""
+    mode = _MODE.lazy
+    return LAZY_MODE if mode is None else mode
+
 #: number of live Tensor/TensorTuple objects (tests use it to check graphs are freed).
 TENSOR_COUNTER = 0
 #: False inside `no_grad()`: ops then build no graph (their results are constants).
@@ -160,7 +182,7 @@ class Value:
             return self.realize_cached_data()
         if _capture.CURRENT is not None:  # needle.jit is recording: note where state is read
             _capture.read_state(self, data)
-        if LAZY_MODE if lazy is None else lazy:  # (implies the nd backend)
+        if lazy_mode() if lazy is None else lazy:  # (implies the nd backend)
             return tuple([as_lazy(x) for x in data]) if type(data) is tuple else as_lazy(data)
         if getattr(data, "is_lazy", False) or (isinstance(data, tuple) and any(getattr(x, "is_lazy", False)
                                                                               for x in data)):
@@ -214,7 +236,9 @@ class Value:
         bad shapes raise here) and wrap the result.  Every op of every step comes
         through here, so it is written out flat: no generators, no keyword calls."""
         _check_devices(op, inputs)
-        lazy = LAZY_MODE  # (read once: another thread may switch it between two inputs)
+        lazy = _MODE.lazy  # (read once for all inputs)
+        if lazy is None:
+            lazy = LAZY_MODE
         args = [x._compute_input(lazy) for x in inputs]
         if lazy:
             origin = ir_build.ORIGIN
@@ -271,7 +295,7 @@ def outlives_step(value: "Value") -> "Value":
     tensor, `.data`, module or optimizer state); have its pending data computed with
     the next schedule that runs, so that later steps start from a buffer instead of
     extending (and recomputing) this step's graph."""
-    if LAZY_MODE:
+    if lazy_mode():
         _engine.realize_later(value)
     return value
 

@@ -6,7 +6,6 @@ read).  autograd.py defines what a Tensor is and re-exports the course's names f
 """
 from __future__ import annotations
 
-import threading
 from typing import List, Optional
 
 from . import autograd, config
@@ -14,13 +13,6 @@ from .autograd import BACKEND, Tensor, Value, outlives_step, realize_values
 from .engine import capture as _capture
 from .errors import DTypeError, GraphError, ShapeError, fmt_shape
 from .traversal import postorder
-
-
-class _FusedPasses:
-    """Eager backward passes running, on any thread (a second one, started while the
-    first has lazy mode on, is fused too, and lazy mode stays on until both end)."""
-    lock = threading.Lock()
-    running = 0
 
 
 def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> None:
@@ -35,22 +27,16 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     # had cost more to launch than to run; no one reads a value before the pass ends,
     # and an intermediate's .grad is computed if it is read).  The op-by-op pass stays
     # a setting: the tests' eager mode checks every gradient op's own kernels with it
-    with _FusedPasses.lock:  # (lazy mode is process-wide: the last pass to end turns it off)
-        fused = BACKEND == "nd" and config.EAGER_FUSED_BACKWARD and \
-            (not autograd.LAZY_MODE or _FusedPasses.running > 0)
-        if fused:
-            _FusedPasses.running += 1
-            autograd.LAZY_MODE = True
+    fused = BACKEND == "nd" and config.EAGER_FUSED_BACKWARD and not autograd.lazy_mode()
     if not fused:
         backward_pass(output_tensor, out_grad)
         return
+    mode = autograd._MODE  # (this thread's: another thread's ops stay eager meanwhile)
+    previous, mode.lazy = mode.lazy, True
     try:
         grads = backward_pass(output_tensor, out_grad)
     finally:
-        with _FusedPasses.lock:
-            _FusedPasses.running -= 1
-            if not _FusedPasses.running:
-                autograd.LAZY_MODE = False
+        mode.lazy = previous
     realize_values(grads)
 
 

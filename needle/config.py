@@ -22,7 +22,8 @@ def _default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-#: lazy mode at import (SPEC "Lazy mode"); `needle.autograd.LAZY_MODE` holds the live value.
+#: lazy mode at import (SPEC "Lazy mode"); `needle.autograd.LAZY_MODE` holds the process's
+#: default, `needle.autograd.lazy_mode()` the calling thread's mode.
 LAZY = _int("NEEDLE_LAZY", 1) != 0
 #: array backend: "nd" (NDArray, default) or "np" (plain numpy arrays, eager).
 BACKEND = os.environ.get("NEEDLE_BACKEND", "nd").strip() or "nd"

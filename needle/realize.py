@@ -26,19 +26,21 @@ def realize(*tensors):
 
 
 class lazy(contextlib.ContextDecorator):
-    """`with needle.lazy(False):` runs the block eagerly (or lazily with True).  (A
-    class, not a generator: a training loop enters it on every step, and a generator's
-    context manager costs three times as much.)"""
+    """`with needle.lazy(False):` runs the block eagerly (or lazily with True), in the
+    calling thread only (as torch's no_grad: other threads keep their mode).  (A class,
+    not a generator: a training loop enters it on every step, and a generator's context
+    manager costs three times as much.)"""
 
-    __slots__ = ("enabled", "previous")
+    __slots__ = ("enabled",)
 
     def __init__(self, enabled: bool = True):
         self.enabled = bool(enabled)
-        self.previous = []  # a stack: one object may be entered again inside itself
 
     def __enter__(self):
-        self.previous.append(autograd.LAZY_MODE)
-        autograd.LAZY_MODE = self.enabled and autograd.BACKEND == "nd"
+        mode = autograd._MODE  # (the replaced mode on the thread's stack: one object may be
+        mode.saved.append(mode.lazy)  # entered inside itself, or by several threads as a decorator)
+        mode.lazy = self.enabled and autograd.BACKEND == "nd"
 
     def __exit__(self, *exc):
-        autograd.LAZY_MODE = self.previous.pop()
+        mode = autograd._MODE
+        mode.lazy = mode.saved.pop()

@@ -27,7 +27,7 @@ def test_one_schedule_for_the_pass_and_gradients_against_numpy():
         before = COUNTERS["schedules"]
         loss.backward()
         assert COUNTERS["schedules"] - before == 1  # the whole pass, both leaves' gradients
-        assert not getattr(w.grad._cached_data, "is_lazy", False) and not autograd.LAZY_MODE
+        assert not getattr(w.grad._cached_data, "is_lazy", False) and not autograd.lazy_mode()
         got_w, got_v, got_h = w.grad.numpy(), v.grad.numpy(), h.grad.numpy()  # (h's: computed now)
     x64, w64, v64 = xv.astype(np.float64), wv.astype(np.float64), vv.astype(np.float64)
     pre = x64 @ w64
@@ -76,7 +76,7 @@ def test_lazy_mode_is_off_again_when_a_gradient_raises():
         loss = _Raising()(w).sum()
         with pytest.raises(RuntimeError, match="no gradient here"):
             loss.backward()
-        assert not autograd.LAZY_MODE
+        assert not autograd.lazy_mode()
         assert not getattr((w * 3.0).cached_data, "is_lazy", False)
 
 
@@ -144,11 +144,12 @@ def test_fused_eager_gradients_equal_the_op_by_op_ones(name, monkeypatch):
 
 
 def test_two_threads_backward_at_once():
-    """Lazy mode is process-wide: one thread's fused pass turns it on while another
-    thread's ops run.  Each op reads the mode once for all its inputs (an NDArray @ a
-    LazyArray had raised TypeError), a pass started while another runs is fused too, and
-    the mode goes off when the last one ends: no error, no gradient left pending, the
-    values of a pass run alone.  (Python switches threads every 10 us here.)"""
+    """Lazy mode is per thread: one thread's fused pass turns it on for that thread only
+    while another thread's eager ops and passes run (when it was process-wide, an
+    NDArray @ a LazyArray had raised TypeError and passes had returned pending
+    gradients): no error, no gradient left pending, the values of a pass run alone, and
+    a third thread in lazy mode meanwhile keeps its own.  (Python switches threads
+    every 10 us here.)"""
     import sys
     import threading
     rng = np.random.default_rng(5)
@@ -167,16 +168,25 @@ def test_two_threads_backward_at_once():
 
         def worker(k):
             try:
-                for _ in range(150):
-                    w = grad(k)
-                    pending[k] += getattr(w.grad._cached_data, "is_lazy", False)
-                    wrong[k] += not np.allclose(w.grad.numpy(), alone[k], rtol=1e-5, atol=1e-6)
+                with ndl.lazy(False):  # (a thread starts in the process's mode: lazy)
+                    for _ in range(150):
+                        w = grad(k)
+                        pending[k] += getattr(w.grad._cached_data, "is_lazy", False)
+                        wrong[k] += not np.allclose(w.grad.numpy(), alone[k], rtol=1e-5, atol=1e-6)
             except Exception as e:  # (reported below)
                 errors.append(repr(e))
+
+        def lazy_worker():
+            with ndl.lazy(True):
+                for _ in range(300):
+                    y = ndl.Tensor(xv[0], requires_grad=False) * 2.0
+                    if not getattr(y._cached_data, "is_lazy", False):
+                        errors.append("an op of the lazy thread ran eagerly")
         interval = sys.getswitchinterval()
         sys.setswitchinterval(1e-5)
         try:
             threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+            threads.append(threading.Thread(target=lazy_worker))
             for t in threads:
                 t.start()
             for t in threads:
@@ -184,4 +194,4 @@ def test_two_threads_backward_at_once():
         finally:
             sys.setswitchinterval(interval)
         assert not errors and pending == [0, 0] and wrong == [0, 0], (errors, pending, wrong)
-        assert not autograd.LAZY_MODE
+        assert not autograd.lazy_mode()

@@ -123,23 +123,23 @@ def test_lazy_switch_nests_restores_and_decorates():
     """needle.lazy restores the mode it found, also after an exception, when one object is
     entered inside itself, and as a decorator of a recursive function."""
     from needle import autograd
-    start = autograd.LAZY_MODE
+    start = autograd.lazy_mode()
     off = ndl.lazy(False)
     with off:
-        assert autograd.LAZY_MODE is False
+        assert autograd.lazy_mode() is False
         with ndl.lazy(True):
-            assert autograd.LAZY_MODE is True
+            assert autograd.lazy_mode() is True
             with off:
-                assert autograd.LAZY_MODE is False
-            assert autograd.LAZY_MODE is True
-        assert autograd.LAZY_MODE is False
-    assert autograd.LAZY_MODE == start
+                assert autograd.lazy_mode() is False
+            assert autograd.lazy_mode() is True
+        assert autograd.lazy_mode() is False
+    assert autograd.lazy_mode() == start
     with pytest.raises(ZeroDivisionError):
         with ndl.lazy(not start):
             1 / 0
-    assert autograd.LAZY_MODE == start
+    assert autograd.lazy_mode() == start
 
     @ndl.lazy(False)
     def modes(n):
-        return [autograd.LAZY_MODE] + (modes(n - 1) if n else [])
-    assert modes(2) == [False, False, False] and autograd.LAZY_MODE == start
+        return [autograd.lazy_mode()] + (modes(n - 1) if n else [])
+    assert modes(2) == [False, False, False] and autograd.lazy_mode() == start

@@ -204,7 +204,7 @@ class JitFunction:
         return f"{getattr(self.fn, '__qualname__', type(self.fn).__name__)}{where}"
 
     def __call__(self, *args, **kwargs):
-        if not config.JIT or not autograd.LAZY_MODE or self.plain or _RUNNING.depth:
+        if not config.JIT or not autograd.lazy_mode() or self.plain or _RUNNING.depth:
             # (eager ops compute outside kernels; a jitted function called while another call of
             # a jitted function runs on this thread, or of itself, runs inline: a plain call's
             # inner calls are plain, a capture's are captured, a replay runs none)

@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> dict:
     mode = lazy(False) if args.eager else contextlib.nullcontext()
     print(f"training {args.model} on {len(train_set)} examples from {args.data} "
           f"({args.optimizer}, lr {opt.lr:g}, batch {args.batch_size}, {args.device}, "
-          f"{'eager' if args.eager or not autograd.LAZY_MODE else 'lazy'})", flush=True)
+          f"{'eager' if args.eager or not autograd.lazy_mode() else 'lazy'})", flush=True)
     history = []
     # cosine: epoch e (from 0) trains at lr * (1 + cos(pi * e / epochs)) / 2; one epoch is plain lr
     scheduler = optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs) \

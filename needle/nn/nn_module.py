@@ -97,7 +97,7 @@ class Module:
         # State stored on a module (running statistics, a cached hidden state) outlives
         # the step that built it: in lazy mode it is computed with the next schedule,
         # so the next step reads a buffer instead of extending this step's graph.
-        if isinstance(value, Tensor) and autograd.LAZY_MODE:
+        if isinstance(value, Tensor) and autograd.lazy_mode():
             realize_later(value)
         object.__setattr__(self, name, value)
 

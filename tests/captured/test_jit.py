@@ -59,7 +59,7 @@ def train(use_jit, steps=20, sizes=(8, 6), eval_every=7, max_captures=8):
         losses.append(loss.numpy().copy())
         sched.step()
     state = [p.numpy().copy() for p in model.parameters()] + [t.numpy().copy() for _, t in model.named_buffers()]
-    python_runs = fn.calls - fn.replays if use_jit and ndl.autograd.LAZY_MODE else steps
+    python_runs = fn.calls - fn.replays if use_jit and ndl.autograd.lazy_mode() else steps
     return losses, state, python_runs, fn
 
 
