@@ -143,3 +143,38 @@ def test_lazy_switch_nests_restores_and_decorates():
     def modes(n):
         return [autograd.lazy_mode()] + (modes(n - 1) if n else [])
     assert modes(2) == [False, False, False] and autograd.lazy_mode() == start
+
+
+def test_lazy_switch_is_per_thread():
+    """One `needle.lazy` object decorating a function two threads run at once: each thread
+    sees its own mode inside and gets its own back; the main thread's block is untouched."""
+    import sys
+    import threading
+    from needle import autograd
+    seen, errors = [], []
+
+    @ndl.lazy(False)
+    def eager_part(k):
+        for _ in range(200):
+            if autograd.lazy_mode() is not False:
+                errors.append(k)
+        return autograd.lazy_mode()
+
+    def worker(k):
+        with ndl.lazy(True):
+            seen.append(eager_part(k))
+            if autograd.lazy_mode() is not True:  # (the decorator restored this thread's block)
+                errors.append(("after", k))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        with ndl.lazy(False):
+            threads = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert autograd.lazy_mode() is False
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors and seen == [False] * 3
