@@ -32,13 +32,20 @@ from .engine import realize as _engine
 LAZY_MODE = config.LAZY and BACKEND == "nd"
 
 
-class _Mode(threading.local):
-    """This thread's lazy mode (None: the process's LAZY_MODE) and the modes its
-    enclosing `needle.lazy` blocks replaced."""
+class ModeState:
+    """One thread's lazy mode (None: the process's LAZY_MODE).  An object of its own, so
+    that a `needle.lazy` block entered on one thread and left on another (a generator
+    handed to a worker) gives the mode back to the thread it took it from."""
+
+    __slots__ = ("lazy",)
 
     def __init__(self):
         self.lazy = None
-        self.saved = []
+
+
+class _Mode(threading.local):
+    def __init__(self):
+        self.state = ModeState()
 
 
 _MODE = _Mode()
@@ -46,7 +53,7 @@ _MODE = _Mode()
 
 def lazy_mode() -> bool:
     """Whether ops the calling thread builds now are lazy."""
-    mode = _MODE.lazy
+    mode = _MODE.state.lazy
     return LAZY_MODE if mode is None else mode
 
 #: number of live Tensor/TensorTuple objects (tests use it to check graphs are freed).
@@ -236,7 +243,7 @@ class Value:
         bad shapes raise here) and wrap the result.  Every op of every step comes
         through here, so it is written out flat: no generators, no keyword calls."""
         _check_devices(op, inputs)
-        lazy = _MODE.lazy  # (read once for all inputs)
+        lazy = _MODE.state.lazy  # (read once for all inputs)
         if lazy is None:
             lazy = LAZY_MODE
         args = [x._compute_input(lazy) for x in inputs]

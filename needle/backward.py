@@ -31,12 +31,12 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     if not fused:
         backward_pass(output_tensor, out_grad)
         return
-    mode = autograd._MODE  # (this thread's: another thread's ops stay eager meanwhile)
-    previous, mode.lazy = mode.lazy, True
+    state = autograd._MODE.state  # (this thread's: another thread's ops stay eager meanwhile)
+    previous, state.lazy = state.lazy, True
     try:
         grads = backward_pass(output_tensor, out_grad)
     finally:
-        mode.lazy = previous
+        state.lazy = previous
     realize_values(grads)
 
 

@@ -31,16 +31,24 @@ class lazy(contextlib.ContextDecorator):
     not a generator: a training loop enters it on every step, and a generator's context
     manager costs three times as much.)"""
 
-    __slots__ = ("enabled",)
+    __slots__ = ("enabled", "entries")
 
     def __init__(self, enabled: bool = True):
         self.enabled = bool(enabled)
+        #: (a thread's ModeState, the mode it had) per entry not left yet: one object may be
+        #: entered inside itself, or by several threads at once as a decorator
+        self.entries = []
 
     def __enter__(self):
-        mode = autograd._MODE  # (the replaced mode on the thread's stack: one object may be
-        mode.saved.append(mode.lazy)  # entered inside itself, or by several threads as a decorator)
-        mode.lazy = self.enabled and autograd.BACKEND == "nd"
+        state = autograd._MODE.state
+        self.entries.append((state, state.lazy))
+        state.lazy = self.enabled and autograd.BACKEND == "nd"
 
     def __exit__(self, *exc):
-        mode = autograd._MODE
-        mode.lazy = mode.saved.pop()
+        state, entries = autograd._MODE.state, self.entries
+        mine = [e for e in entries if e[0] is state]
+        # (none of this thread's: a generator's block entered on another thread ends here,
+        # and that thread gets its mode back)
+        entry = mine[-1] if mine else entries[-1]
+        entries.remove(entry)
+        entry[0].lazy = entry[1]

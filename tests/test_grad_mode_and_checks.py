@@ -178,3 +178,30 @@ def test_lazy_switch_is_per_thread():
     finally:
         sys.setswitchinterval(interval)
     assert not errors and seen == [False] * 3
+
+
+def test_a_lazy_block_left_on_another_thread_gives_the_mode_back():
+    """A generator whose body runs in `with needle.lazy(False)`, started on this thread and
+    finished by a worker (a review found the worker's exit raising IndexError and this
+    thread left eager for good): the worker gets its batches, this thread its mode, and
+    the worker's own block around the iteration is untouched."""
+    from concurrent.futures import ThreadPoolExecutor
+    from needle import autograd
+    start = autograd.lazy_mode()
+
+    def batches(n):
+        with ndl.lazy(not start):
+            for i in range(n):
+                yield autograd.lazy_mode(), i
+
+    it = batches(3)
+    assert next(it) == (not start, 0)
+
+    def rest():
+        with ndl.lazy(start):
+            got = list(it)
+            return got, autograd.lazy_mode()
+    with ThreadPoolExecutor(1) as pool:
+        got, worker_mode = pool.submit(rest).result()
+    assert [i for _, i in got] == [1, 2] and worker_mode == start
+    assert autograd.lazy_mode() == start
