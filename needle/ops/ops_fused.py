@@ -165,9 +165,16 @@ def _blocks(gates):
 
 
 def _gate_blocks(gates, blocks: dict):
-    """A (batch, 4 hidden) gradient from some of its four blocks (the others zero)."""
-    n = gates.shape[1] // 4
-    return A.concatenate([blocks[j] if j in blocks else A.zeros((gates.shape[0], n), gates) for j in range(4)], 1)
+    """A (batch, 4 hidden) gradient from some of its four blocks (the others zero): the
+    blocks given, a run of neighbours here, joined and padded with zeros (one node each,
+    where a zero block was a node of its own and the join one more)."""
+    n, first, last = gates.shape[1] // 4, min(blocks), max(blocks)
+    if sorted(blocks) != list(range(first, last + 1)):
+        return A.concatenate([blocks[j] if j in blocks else A.zeros((gates.shape[0], n), gates)
+                              for j in range(4)], 1)
+    run = [blocks[j] for j in range(first, last + 1)]
+    joined = run[0] if len(run) == 1 else A.concatenate(run, 1)
+    return A.pad(joined, ((0, 0), (first * n, (3 - last) * n)))
 
 
 class LSTMCellState(Fused):
