@@ -44,8 +44,9 @@ def _run(op_key, build_node, *arrays, scalar=None):
         return node.arg
     if key is not None:
         signature = structure([node])
-        _remember(key, [signature.key, [_position(leaf, arrays) for leaf in signature.leaves],
-                        bool(signature.scalars), None, -1])  # (no schedule found yet: -1 is no count)
+        slots = [_position(leaf, arrays) for leaf in signature.leaves]
+        if None not in slots:  # (no schedule found yet: -1 is no count)
+            _remember(key, [signature.key, slots, bool(signature.scalars), None, -1])
     schedule_cache.realize([node])
     return node.arg
 
@@ -91,8 +92,9 @@ def _remembered(known, cache, target):
     return entry
 
 
-def _position(leaf, arrays) -> int:
-    return next(i for i, a in enumerate(arrays) if a is leaf)
+def _position(array, arrays):
+    """Which of `arrays` is `array` (None if none is: a memo that cannot bind it)."""
+    return next((i for i, a in enumerate(arrays) if a is array), None)
 
 
 def _launch(entry, leaves, scalars, device) -> list:
@@ -165,7 +167,7 @@ def fused(op_key, fn, arrays) -> tuple:
     pending, where = [], []  # the schedule's outputs; each result as (an operand?, its index)
     for r in results:
         if r.op == "buffer":  # an operand (fn returned it, or a view of it folded away)
-            where.append((True, next((i for i, a in enumerate(arrays) if a is r.arg), None)))
+            where.append((True, _position(r.arg, arrays)))
             continue
         k = next((k for k, p in enumerate(pending) if p is r), None)
         if k is None:
@@ -174,7 +176,7 @@ def fused(op_key, fn, arrays) -> tuple:
         where.append((False, k))
     if pending:
         signature = structure(pending)
-        slots = [next((i for i, a in enumerate(arrays) if a is leaf), None) for leaf in signature.leaves]
+        slots = [_position(leaf, arrays) for leaf in signature.leaves]
         schedule_cache.realize(pending)
         if key is not None and None not in slots and all(i is not None for _, i in where):
             _remember(key, [signature.key, slots, tuple(signature.scalars), None, -1, where])
